@@ -1,0 +1,9 @@
+//! Generic controller machinery in the shape of client-go and controller-runtime.
+//!
+//! Everything here is generic over any `kube::Resource`; nothing here may import
+//! `crate::api` or `crate::tfjob`.
+
+pub mod key;
+pub mod metrics;
+
+pub use key::ObjectKey;

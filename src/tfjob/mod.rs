@@ -1,0 +1,1 @@
+//! The TFJob controller: observe → plan → apply → status.
