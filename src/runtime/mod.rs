@@ -5,5 +5,7 @@
 
 pub mod key;
 pub mod metrics;
+pub mod object;
 
 pub use key::ObjectKey;
+pub use object::Object;
