@@ -323,13 +323,12 @@ impl<K: Object> DeltaFifo<K> {
     }
 
     /// Waits for a queued key, removes it with all its deltas and runs
-    /// `process` on them **while holding the queue's lock** (as client-go
-    /// does): until `process` has updated the cache, no concurrent `delete` or
-    /// `replace` can wrongly conclude the key is unknown. `process` must not
-    /// call back into this FIFO. Returns `None` once closed and drained.
+    /// `process` on them (see [`Self::try_pop_with`]). Returns `None` once
+    /// closed and drained.
     ///
     /// Cancel-safe: nothing is taken from the queue until it is processed.
     pub async fn pop_with<R>(&self, process: impl FnOnce(Deltas<K>) -> R) -> Option<R> {
+        let mut process = Some(process);
         loop {
             let notified = self.notify.notified();
             tokio::pin!(notified);
@@ -337,21 +336,10 @@ impl<K: Object> DeltaFifo<K> {
             notified.as_mut().enable();
             {
                 let mut state = self.lock();
-                if let Some(key) = state.queue.pop_front() {
-                    let deltas = state.items.remove(&key).unwrap_or_default();
-                    let in_initial_list = !state.has_synced();
-                    let out = process(Deltas {
-                        key,
-                        deltas,
-                        in_initial_list,
-                    });
-                    if state.initial_population > 0 {
-                        state.initial_population -= 1;
-                        if state.has_synced() {
-                            self.synced.send_replace(true);
-                        }
-                    }
-                    return Some(out);
+                if !state.queue.is_empty() {
+                    // `process` is still there: we only take it right before returning.
+                    let process = process.take()?;
+                    return self.pop_locked(&mut state, process);
                 }
                 if state.closed {
                     return None;
@@ -359,6 +347,37 @@ impl<K: Object> DeltaFifo<K> {
             }
             notified.await;
         }
+    }
+
+    /// Removes the first queued key with all its deltas, if any, and runs
+    /// `process` on them **while holding the queue's lock** (as client-go
+    /// does): until `process` has updated the cache, no concurrent `delete` or
+    /// `replace` can wrongly conclude the key is unknown. `process` must not
+    /// call back into this FIFO.
+    pub fn try_pop_with<R>(&self, process: impl FnOnce(Deltas<K>) -> R) -> Option<R> {
+        self.pop_locked(&mut self.lock(), process)
+    }
+
+    fn pop_locked<R>(
+        &self,
+        state: &mut State<K>,
+        process: impl FnOnce(Deltas<K>) -> R,
+    ) -> Option<R> {
+        let key = state.queue.pop_front()?;
+        let deltas = state.items.remove(&key).unwrap_or_default();
+        let in_initial_list = !state.has_synced();
+        let out = process(Deltas {
+            key,
+            deltas,
+            in_initial_list,
+        });
+        if state.initial_population > 0 {
+            state.initial_population -= 1;
+            if state.has_synced() {
+                self.synced.send_replace(true);
+            }
+        }
+        Some(out)
     }
 
     /// Pops the next key with all its deltas (see [`Self::pop_with`]).
@@ -393,5 +412,229 @@ impl<K: Object> DeltaFifo<K> {
     /// Whether no key is queued.
     pub fn is_empty(&self) -> bool {
         self.lock().queue.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use std::time::Duration;
+
+    fn cm(name: &str, rv: &str) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                namespace: Some("ns".into()),
+                name: Some(name.into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new(Some("ns"), name)
+    }
+
+    fn kinds(d: &Deltas<ConfigMap>) -> Vec<&'static str> {
+        d.deltas.iter().map(Delta::kind).collect()
+    }
+
+    fn rv(d: &Delta<ConfigMap>) -> String {
+        d.object()
+            .metadata
+            .resource_version
+            .clone()
+            .unwrap_or_default()
+    }
+
+    fn fifo() -> (DeltaFifo<ConfigMap>, Indexer<ConfigMap>) {
+        let known = Indexer::new();
+        (DeltaFifo::new(known.clone()), known)
+    }
+
+    #[test]
+    fn a_key_is_queued_once_with_all_its_deltas_in_order() {
+        let (f, _) = fifo();
+        f.add(cm("a", "1"));
+        f.add(cm("b", "2"));
+        f.update(cm("a", "3"));
+        assert_eq!(f.len(), 2);
+        let a = f.try_pop_with(|d| d).unwrap();
+        assert_eq!(a.key, key("a"));
+        assert_eq!(kinds(&a), ["Added", "Updated"]);
+        assert_eq!(rv(&a.deltas[1]), "3");
+        assert_eq!(f.try_pop_with(|d| d.key), Some(key("b")));
+        assert!(f.try_pop_with(|d| d.key).is_none());
+    }
+
+    #[test]
+    fn a_delete_of_an_object_nobody_saw_is_ignored() {
+        let (f, _) = fifo();
+        f.delete(cm("ghost", "1"));
+        assert!(f.is_empty());
+    }
+
+    #[test]
+    fn a_delete_of_a_cached_object_is_queued() {
+        let (f, known) = fifo();
+        known.insert(cm("a", "1"));
+        f.delete(cm("a", "2"));
+        let d = f.try_pop_with(|d| d).unwrap();
+        assert_eq!(kinds(&d), ["Deleted"]);
+    }
+
+    #[test]
+    fn two_consecutive_deletes_keep_the_watched_one() {
+        let (f, known) = fifo();
+        known.insert(cm("a", "1"));
+        f.delete(cm("a", "2"));
+        // A relist while the delete is still queued adds a tombstone: merged away.
+        f.replace(vec![]);
+        let d = f.try_pop_with(|d| d).unwrap();
+        assert_eq!(kinds(&d), ["Deleted"]);
+        assert_eq!(rv(&d.deltas[0]), "2");
+    }
+
+    #[test]
+    fn a_watched_delete_after_a_tombstone_replaces_it() {
+        let (f, known) = fifo();
+        known.insert(cm("a", "1"));
+        f.replace(vec![]);
+        f.delete(cm("a", "2"));
+        let d = f.try_pop_with(|d| d).unwrap();
+        assert_eq!(kinds(&d), ["Deleted"]);
+        assert_eq!(rv(&d.deltas[0]), "2");
+    }
+
+    #[test]
+    fn replace_tombstones_every_cached_key_missing_from_the_list() {
+        let (f, known) = fifo();
+        known.insert(cm("kept", "1"));
+        known.insert(cm("gone", "2"));
+        f.replace(vec![cm("kept", "3"), cm("new", "4")]);
+        let mut popped = Vec::new();
+        while let Some(d) = f.try_pop_with(|d| d) {
+            popped.push((d.key.name.clone(), kinds(&d)));
+        }
+        popped.sort();
+        assert_eq!(
+            popped,
+            [
+                ("gone".to_string(), vec!["DeletedFinalStateUnknown"]),
+                ("kept".to_string(), vec!["Replaced"]),
+                ("new".to_string(), vec!["Replaced"]),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_tombstone_carries_the_last_known_state() {
+        let (f, known) = fifo();
+        known.insert(cm("gone", "7"));
+        f.replace(vec![]);
+        let d = f.try_pop_with(|d| d).unwrap();
+        match &d.deltas[0] {
+            Delta::Deleted(DeletedObject::FinalStateUnknown { key: k, obj }) => {
+                assert_eq!(k, &key("gone"));
+                assert_eq!(obj.metadata.resource_version.as_deref(), Some("7"));
+            }
+            other => panic!("expected a tombstone, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn replace_tombstones_a_queued_key_missing_from_the_list() {
+        let (f, _) = fifo();
+        f.add(cm("brief", "1"));
+        f.replace(vec![]);
+        let d = f.try_pop_with(|d| d).unwrap();
+        assert_eq!(kinds(&d), ["Added", "DeletedFinalStateUnknown"]);
+    }
+
+    #[test]
+    fn resync_skips_keys_that_are_already_queued() {
+        let (f, known) = fifo();
+        known.insert(cm("idle", "1"));
+        known.insert(cm("busy", "2"));
+        f.update(cm("busy", "3"));
+        f.resync();
+        let mut popped = Vec::new();
+        while let Some(d) = f.try_pop_with(|d| d) {
+            popped.push((d.key.name.clone(), kinds(&d)));
+        }
+        popped.sort();
+        assert_eq!(
+            popped,
+            [
+                ("busy".to_string(), vec!["Updated"]),
+                ("idle".to_string(), vec!["Sync"]),
+            ]
+        );
+    }
+
+    #[test]
+    fn has_synced_waits_until_the_first_list_is_processed() {
+        let (f, _) = fifo();
+        assert!(!f.has_synced());
+        f.replace(vec![cm("a", "1"), cm("b", "2")]);
+        assert!(!f.has_synced());
+        let first = f.try_pop_with(|d| d.in_initial_list);
+        assert_eq!(first, Some(true));
+        assert!(!f.has_synced());
+        // While the last initial key is processed, the FIFO is not yet synced.
+        let during = f.try_pop_with(|d| (d.in_initial_list, f.state.try_lock().is_err()));
+        assert_eq!(during, Some((true, true)));
+        assert!(f.has_synced());
+        f.add(cm("c", "3"));
+        assert_eq!(f.try_pop_with(|d| d.in_initial_list), Some(false));
+    }
+
+    #[test]
+    fn an_empty_first_list_is_synced_at_once() {
+        let (f, _) = fifo();
+        f.replace(vec![]);
+        assert!(f.has_synced());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pop_waits_for_an_item() {
+        let (f, _) = fifo();
+        let popper = tokio::spawn({
+            let f = f.clone();
+            async move { f.pop().await.map(|d| d.key) }
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!popper.is_finished());
+        f.add(cm("a", "1"));
+        assert_eq!(popper.await.unwrap(), Some(key("a")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wait_for_sync_resolves_after_the_initial_items_are_popped() {
+        let (f, _) = fifo();
+        let waiter = tokio::spawn({
+            let f = f.clone();
+            async move { f.wait_for_sync().await }
+        });
+        f.replace(vec![cm("a", "1")]);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!waiter.is_finished());
+        f.pop().await;
+        tokio::time::timeout(Duration::from_secs(1), waiter)
+            .await
+            .expect("wait_for_sync resolves")
+            .unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_fifo_drains_then_returns_none() {
+        let (f, _) = fifo();
+        f.add(cm("a", "1"));
+        f.close();
+        assert!(f.pop().await.is_some());
+        assert!(f.pop().await.is_none());
     }
 }
