@@ -242,6 +242,9 @@ fn call(f: impl FnOnce()) {
 }
 
 #[cfg(test)]
+mod model_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::runtime::ObjectKey;
