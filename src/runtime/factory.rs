@@ -152,3 +152,77 @@ impl InformerFactory {
         self.lock().is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+
+    /// A client for a server that is never reached: these tests only look at
+    /// which informers the factory hands out.
+    fn offline_client() -> kube::Client {
+        let url = "http://127.0.0.1:9".parse().expect("a valid URL");
+        kube::Client::try_from(kube::Config::new(url)).expect("a client")
+    }
+
+    fn same<K: Object>(a: &SharedInformer<K>, b: &SharedInformer<K>) -> bool {
+        // Informers share their cache iff they are the same informer.
+        let probe = Arc::new(
+            serde_json::from_value::<K>(serde_json::json!({
+                "metadata": {"name": "probe", "namespace": "ns"}
+            }))
+            .expect("a minimal object"),
+        );
+        a.indexer().insert(probe);
+        let shared = b.indexer().len() == 1;
+        a.indexer()
+            .remove(&crate::runtime::ObjectKey::new(Some("ns"), "probe"));
+        shared
+    }
+
+    #[tokio::test]
+    async fn the_same_kind_and_config_get_the_same_informer() {
+        let factory = InformerFactory::new(offline_client());
+        let a = factory.informer::<Pod>(WatchConfig::default());
+        let b = factory.clone().informer::<Pod>(WatchConfig::default());
+        assert!(same(&a, &b));
+        assert_eq!(factory.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn another_config_or_kind_gets_another_informer() {
+        let factory = InformerFactory::new(offline_client());
+        let all = factory.informer::<Pod>(WatchConfig::default());
+        let one_ns = factory.informer::<Pod>(WatchConfig {
+            namespace: Some("ns".into()),
+            ..WatchConfig::default()
+        });
+        let _cms = factory.informer::<ConfigMap>(WatchConfig::default());
+        assert!(!same(&all, &one_ns));
+        assert_eq!(factory.len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_synced_while_the_server_is_unreachable() {
+        let factory = InformerFactory::new(offline_client());
+        let _pods = factory.informer::<Pod>(WatchConfig::default());
+        assert!(!factory.has_synced());
+        let shutdown = CancellationToken::new();
+        factory.start(shutdown.clone());
+        factory.start(shutdown.clone());
+        // The server is unreachable: the informer keeps retrying, never syncs.
+        let waited =
+            tokio::time::timeout(Duration::from_secs(30), factory.wait_for_cache_sync()).await;
+        assert!(waited.is_err());
+        assert!(!factory.has_synced());
+        shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn an_empty_factory_is_synced() {
+        let factory = InformerFactory::new(offline_client());
+        assert!(factory.is_empty());
+        assert!(factory.has_synced());
+        factory.wait_for_cache_sync().await;
+    }
+}
