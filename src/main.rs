@@ -3,7 +3,11 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "tfjob-operator", version, about = "Runs Kubeflow-compatible TFJobs")]
+#[command(
+    name = "tfjob-operator",
+    version,
+    about = "Runs Kubeflow-compatible TFJobs"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

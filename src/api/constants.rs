@@ -143,7 +143,10 @@ mod tests {
     fn replica_keys_parse_case_insensitively() {
         assert_eq!(ReplicaType::parse("ps"), Some(ReplicaType::PS));
         assert_eq!(ReplicaType::parse("WORKER"), Some(ReplicaType::Worker));
-        assert_eq!(ReplicaType::parse("Evaluator"), Some(ReplicaType::Evaluator));
+        assert_eq!(
+            ReplicaType::parse("Evaluator"),
+            Some(ReplicaType::Evaluator)
+        );
         assert_eq!(ReplicaType::parse("launcher"), None);
     }
 

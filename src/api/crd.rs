@@ -44,9 +44,10 @@ fn rule(rule: &str, message: &str) -> Value {
 }
 
 fn push_rules(schema: &mut Value, rules: Vec<Value>) {
-    let list = schema
-        .as_object_mut()
-        .map(|o| o.entry("x-kubernetes-validations").or_insert_with(|| json!([])));
+    let list = schema.as_object_mut().map(|o| {
+        o.entry("x-kubernetes-validations")
+            .or_insert_with(|| json!([]))
+    });
     if let Some(Value::Array(list)) = list {
         list.extend(rules);
     }
@@ -149,7 +150,11 @@ fn add_validation(crd: &mut Value) {
             "spec.runPolicy.schedulingPolicy.queue: is immutable",
         )],
     );
-    for field in ["ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit"] {
+    for field in [
+        "ttlSecondsAfterFinished",
+        "activeDeadlineSeconds",
+        "backoffLimit",
+    ] {
         set(at(run_policy, &[field]), "minimum", json!(0));
     }
 }
@@ -180,9 +185,12 @@ mod tests {
         let s = schema();
         let specs = &s["properties"]["spec"]["properties"]["tfReplicaSpecs"];
         assert_eq!(specs["maxProperties"], 5);
-        assert_eq!(specs["x-kubernetes-validations"].as_array().unwrap().len(), 2);
-        let containers = &specs["additionalProperties"]["properties"]["template"]["properties"]
-            ["spec"]["properties"]["containers"];
+        assert_eq!(
+            specs["x-kubernetes-validations"].as_array().unwrap().len(),
+            2
+        );
+        let containers = &specs["additionalProperties"]["properties"]["template"]["properties"]["spec"]
+            ["properties"]["containers"];
         assert_eq!(containers["maxItems"], 16);
         assert_eq!(containers["items"]["properties"]["image"]["maxLength"], 512);
     }
@@ -190,8 +198,8 @@ mod tests {
     #[test]
     fn restart_policy_is_an_enum() {
         let s = schema();
-        let rp = &s["properties"]["spec"]["properties"]["tfReplicaSpecs"]["additionalProperties"]
-            ["properties"]["restartPolicy"];
+        let rp = &s["properties"]["spec"]["properties"]["tfReplicaSpecs"]["additionalProperties"]["properties"]
+            ["restartPolicy"];
         let values: Vec<&str> = rp["enum"]
             .as_array()
             .unwrap()
@@ -206,9 +214,18 @@ mod tests {
         // `at` creates nodes on a typo'd path; a node without "type" is one.
         let s = schema();
         let rp = &s["properties"]["spec"]["properties"]["runPolicy"]["properties"];
-        for f in ["managedBy", "ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit"] {
+        for f in [
+            "managedBy",
+            "ttlSecondsAfterFinished",
+            "activeDeadlineSeconds",
+            "backoffLimit",
+        ] {
             assert!(rp[f].get("type").is_some(), "{f} has no type: {}", rp[f]);
         }
-        assert!(rp["schedulingPolicy"]["properties"]["queue"].get("type").is_some());
+        assert!(
+            rp["schedulingPolicy"]["properties"]["queue"]
+                .get("type")
+                .is_some()
+        );
     }
 }

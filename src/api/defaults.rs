@@ -102,9 +102,8 @@ pub fn normalize(job_name: &str, spec: &TFJobSpec) -> Result<JobSpec, SpecError>
             ));
         }
         let mut template = rs.template.clone();
-        let port = ensure_port(&mut template).map_err(|problem| {
-            spec_error(format!("{field}.template.spec.containers"), problem)
-        })?;
+        let port = ensure_port(&mut template)
+            .map_err(|problem| spec_error(format!("{field}.template.spec.containers"), problem))?;
         let replica = Replica {
             replicas: count,
             restart_policy: rs.restart_policy.unwrap_or(RestartPolicy::Never),
@@ -155,9 +154,8 @@ pub fn tensorflow_container_index(template: &PodTemplateSpec) -> Option<usize> {
 /// Adds the `tfjob-port` port to the TensorFlow container unless present, and
 /// returns its number (Kubeflow's `setDefaultPort`).
 fn ensure_port(template: &mut PodTemplateSpec) -> Result<i32, String> {
-    let index = tensorflow_container_index(template).ok_or_else(|| {
-        format!("needs at least one container, named {DEFAULT_CONTAINER_NAME:?}")
-    })?;
+    let index = tensorflow_container_index(template)
+        .ok_or_else(|| format!("needs at least one container, named {DEFAULT_CONTAINER_NAME:?}"))?;
     let Some(spec) = template.spec.as_mut() else {
         return Err("needs a pod spec".into());
     };
@@ -219,7 +217,11 @@ mod tests {
     #[test]
     fn replica_count_defaults_to_one() {
         let mut job = TfJobFixture::new("j").workers(3).build();
-        job.spec.tf_replica_specs.get_mut("Worker").unwrap().replicas = None;
+        job.spec
+            .tf_replica_specs
+            .get_mut("Worker")
+            .unwrap()
+            .replicas = None;
         let spec = normalize("j", &job.spec).unwrap();
         assert_eq!(spec.replicas[&ReplicaType::Worker].replicas, 1);
     }
@@ -253,7 +255,10 @@ mod tests {
         job.spec.tf_replica_specs.insert("Launcher".into(), w);
         let err = normalize("j", &job.spec).unwrap_err();
         assert_eq!(err.field, "spec.tfReplicaSpecs[Launcher]");
-        assert!(err.problem.contains("use Chief, Master, Worker, PS or Evaluator"));
+        assert!(
+            err.problem
+                .contains("use Chief, Master, Worker, PS or Evaluator")
+        );
     }
 
     #[test]

@@ -226,6 +226,11 @@ pub struct ReplicaStatus {
     /// against `runPolicy.backoffLimit`. Our addition.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub restarts: i32,
+    /// Indexes whose Pod succeeded, as ranges (`"0,2-4"`), so a succeeded
+    /// replica is never run again when its Pod is garbage-collected. Our
+    /// addition (Kubernetes Jobs call it `completedIndexes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub succeeded_indexes: Option<String>,
     /// Kubeflow's field; never set for TFJob (as in Kubeflow).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_selector: Option<LabelSelector>,

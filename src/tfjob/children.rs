@@ -54,7 +54,6 @@ pub fn owner_reference(job: &TFJob) -> Option<OwnerReference> {
 
 /// Where a child is built from: the job, its defaulted spec and options.
 pub struct ChildContext<'a> {
-    pub job: &'a TFJob,
     pub name: &'a str,
     pub namespace: &'a str,
     pub spec: &'a JobSpec,
@@ -111,7 +110,10 @@ impl ChildContext<'_> {
                 name: Some(replica_name(self.name, rtype, index)),
                 namespace: Some(self.namespace.to_owned()),
                 labels: Some(labels),
-                annotations: template.metadata.as_ref().and_then(|m| m.annotations.clone()),
+                annotations: template
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.annotations.clone()),
                 owner_references: Some(vec![self.owner.clone()]),
                 ..ObjectMeta::default()
             },
@@ -174,7 +176,6 @@ mod tests {
         let spec = normalize("mnist", &job.spec).unwrap();
         let owner = owner_reference(&job).unwrap();
         f(&ChildContext {
-            job: &job,
             name: "mnist",
             namespace: "default",
             spec: &spec,
@@ -201,11 +202,17 @@ mod tests {
         assert_eq!(labels["training.kubeflow.org/job-name"], "mnist");
         assert_eq!(labels["training.kubeflow.org/replica-type"], "worker");
         assert_eq!(labels["training.kubeflow.org/replica-index"], "1");
-        assert_eq!(labels["training.kubeflow.org/operator-name"], "tfjob-controller");
+        assert_eq!(
+            labels["training.kubeflow.org/operator-name"],
+            "tfjob-controller"
+        );
         assert_eq!(labels["app"], "tf", "template labels are kept");
         assert!(!labels.contains_key("training.kubeflow.org/job-role"));
         let owner = &pod.metadata.owner_references.unwrap()[0];
-        assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("TFJob", "uid-1"));
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("TFJob", "uid-1")
+        );
         assert_eq!(owner.controller, Some(true));
         assert_eq!(owner.block_owner_deletion, Some(true));
     }
@@ -233,7 +240,13 @@ mod tests {
         let pod = with_ctx(job(), |c| c.pod(ReplicaType::PS, 0)).unwrap();
         let env = pod.spec.unwrap().containers[0].env.clone().unwrap();
         assert_eq!(env[0].name, "TF_CONFIG");
-        assert!(env[0].value.as_deref().unwrap().contains(r#""task":{"type":"ps","index":0}"#));
+        assert!(
+            env[0]
+                .value
+                .as_deref()
+                .unwrap()
+                .contains(r#""task":{"type":"ps","index":0}"#)
+        );
     }
 
     #[test]
@@ -252,7 +265,10 @@ mod tests {
         assert_eq!(sel.len(), 4);
         assert_eq!(sel["training.kubeflow.org/replica-index"], "1");
         let ports = spec.ports.unwrap();
-        assert_eq!((ports[0].name.as_deref(), ports[0].port), (Some("tfjob-port"), 2222));
+        assert_eq!(
+            (ports[0].name.as_deref(), ports[0].port),
+            (Some("tfjob-port"), 2222)
+        );
     }
 
     #[test]

@@ -5,4 +5,9 @@
 //! (see `docs/` and the README).
 
 pub mod children;
+pub mod conditions;
+pub mod index_set;
+pub mod plan;
+#[cfg(test)]
+mod plan_tests;
 pub mod tf_config;

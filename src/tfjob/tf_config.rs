@@ -145,7 +145,12 @@ mod tests {
     #[test]
     fn matches_kubeflows_string_for_worker_ps_and_evaluator() {
         // The exact string from Kubeflow's pod_test.go (evaluator included).
-        let s = spec(TfJobFixture::new("test-tfjob").workers(1).ps(1).evaluators(1));
+        let s = spec(
+            TfJobFixture::new("test-tfjob")
+                .workers(1)
+                .ps(1)
+                .evaluators(1),
+        );
         assert_eq!(
             tf_config("test-tfjob", "ns0", &s, ReplicaType::Worker, 0, None),
             r#"{"cluster":{"evaluator":["test-tfjob-evaluator-0.ns0.svc:2222"],"ps":["test-tfjob-ps-0.ns0.svc:2222"],"worker":["test-tfjob-worker-0.ns0.svc:2222"]},"task":{"type":"worker","index":0},"environment":"cloud"}"#
@@ -212,6 +217,8 @@ mod tests {
     fn a_single_replica_job_is_not_distributed() {
         assert!(!is_distributed(&spec(TfJobFixture::new("j").workers(1))));
         assert!(is_distributed(&spec(TfJobFixture::new("j").workers(2))));
-        assert!(is_distributed(&spec(TfJobFixture::new("j").chief(1).workers(1))));
+        assert!(is_distributed(&spec(
+            TfJobFixture::new("j").chief(1).workers(1)
+        )));
     }
 }
