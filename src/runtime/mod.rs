@@ -3,9 +3,14 @@
 //! Everything here is generic over any `kube::Resource`; nothing here may import
 //! `crate::api` or `crate::tfjob`.
 
+pub mod events;
+pub mod expectations;
 pub mod key;
+pub mod leader_election;
+pub mod manager;
 pub mod metrics;
 pub mod object;
+pub mod server;
 
 pub use key::ObjectKey;
 pub use object::Object;
