@@ -25,6 +25,7 @@
 //! logged and counted, then forgotten.
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -106,12 +107,23 @@ pub struct EventRecord {
     pub message: String,
     /// Wall-clock time of `publish`, written as first/last timestamp.
     pub at: Timestamp,
+    /// Who reported it.
+    pub source: Arc<EventSourceInfo>,
+}
+
+/// The reporter of an event: `source.component`/`reportingComponent` and
+/// `source.host`/`reportingInstance`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EventSourceInfo {
+    pub component: String,
+    pub instance: Option<String>,
 }
 
 impl EventRecord {
     fn object_key(&self) -> ObjectIdentity {
         let r = &self.involved;
         ObjectIdentity {
+            component: self.source.component.clone(),
             api_version: r.api_version.clone(),
             kind: r.kind.clone(),
             namespace: r.namespace.clone(),
@@ -143,9 +155,10 @@ impl EventRecord {
     }
 }
 
-/// The spam filter's key: the involved object (client-go's `getSpamKey`).
+/// The spam filter's key: reporter plus involved object (client-go's `getSpamKey`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct ObjectIdentity {
+    component: String,
     api_version: Option<String>,
     kind: Option<String>,
     namespace: Option<String>,
@@ -390,6 +403,7 @@ impl EventMetrics {
 #[derive(Clone)]
 pub struct EventRecorder {
     tx: mpsc::Sender<EventRecord>,
+    source: Arc<EventSourceInfo>,
     metrics: EventMetrics,
 }
 
@@ -404,12 +418,15 @@ pub fn event_recorder(
     let metrics = EventMetrics::register(registry);
     let recorder = EventRecorder {
         tx,
+        source: Arc::new(EventSourceInfo {
+            component: config.component,
+            instance: config.instance,
+        }),
         metrics: metrics.clone(),
     };
     let broadcaster = EventBroadcaster {
         rx,
         client,
-        config,
         correlator: EventCorrelator::default(),
         metrics,
     };
@@ -417,6 +434,19 @@ pub fn event_recorder(
 }
 
 impl EventRecorder {
+    /// A recorder sharing this one's queue and writer but reporting as
+    /// `component` (client-go: one broadcaster, a recorder per component).
+    pub fn for_component(&self, component: impl Into<String>) -> Self {
+        Self {
+            tx: self.tx.clone(),
+            source: Arc::new(EventSourceInfo {
+                component: component.into(),
+                instance: self.source.instance.clone(),
+            }),
+            metrics: self.metrics.clone(),
+        }
+    }
+
     /// Queues an event about `obj`. Never blocks; drops (and counts) the
     /// event when the queue is full or the writer has stopped.
     pub fn publish<K: Resource<DynamicType = ()>>(
@@ -432,6 +462,7 @@ impl EventRecorder {
             reason: reason.to_owned(),
             message: message.into(),
             at: Timestamp::now(),
+            source: self.source.clone(),
         };
         if self.tx.try_send(record).is_err() {
             self.metrics.drop_for("queue_full");
@@ -464,7 +495,6 @@ impl EventRecorder {
 pub struct EventBroadcaster {
     rx: mpsc::Receiver<EventRecord>,
     client: kube::Client,
-    config: EventRecorderConfig,
     correlator: EventCorrelator,
     metrics: EventMetrics,
 }
@@ -552,7 +582,7 @@ impl EventBroadcaster {
         // client-go's naming: `<object>.<unix nanos in hex>`.
         let name = format!("{object_name}.{:x}", event.at.as_nanosecond());
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        let body = build_event(event, &self.config, &namespace, &name);
+        let body = build_event(event, &namespace, &name);
         api.create(&PostParams::default(), &body)
             .await
             .map_err(|source| EventError::Create {
@@ -565,12 +595,8 @@ impl EventBroadcaster {
 }
 
 /// The core/v1 Event written for a first occurrence.
-fn build_event(
-    event: &EventRecord,
-    config: &EventRecorderConfig,
-    namespace: &str,
-    name: &str,
-) -> Event {
+fn build_event(event: &EventRecord, namespace: &str, name: &str) -> Event {
+    let source = &event.source;
     Event {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -585,11 +611,11 @@ fn build_event(
         first_timestamp: Some(Time(event.at)),
         last_timestamp: Some(Time(event.at)),
         source: Some(EventSource {
-            component: Some(config.component.clone()),
-            host: config.instance.clone(),
+            component: Some(source.component.clone()),
+            host: source.instance.clone(),
         }),
-        reporting_component: Some(config.component.clone()),
-        reporting_instance: config.instance.clone(),
+        reporting_component: Some(source.component.clone()),
+        reporting_instance: source.instance.clone(),
         ..Event::default()
     }
 }
@@ -612,6 +638,10 @@ mod tests {
             reason: reason.into(),
             message: message.into(),
             at: Timestamp::UNIX_EPOCH,
+            source: Arc::new(EventSourceInfo {
+                component: "tfjob-controller".into(),
+                instance: Some("pod-1".into()),
+            }),
         }
     }
 
@@ -712,9 +742,7 @@ mod tests {
     #[test]
     fn a_new_event_carries_the_component_and_a_count_of_one() {
         let e = event_about("a", "Created", "created pod");
-        let mut config = EventRecorderConfig::new("tfjob-controller");
-        config.instance = Some("pod-1".into());
-        let ev = build_event(&e, &config, "ns", "a.1");
+        let ev = build_event(&e, "ns", "a.1");
         assert_eq!(ev.count, Some(1));
         assert_eq!(ev.type_.as_deref(), Some("Normal"));
         assert_eq!(
