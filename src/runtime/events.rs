@@ -520,8 +520,14 @@ impl EventBroadcaster {
     }
 
     async fn handle(&mut self, event: EventRecord, attempts: u32) {
+        // Decide once: a retried write must not take a second spam token.
+        let decision = self.correlator.correlate(&event, Instant::now());
+        if decision == Decision::Drop {
+            self.metrics.drop_for("spam_filtered");
+            return;
+        }
         for attempt in 1..=attempts {
-            match self.write_once(&event).await {
+            match self.write_once(&event, &decision).await {
                 Ok(()) => return,
                 Err(error) if attempt == attempts => {
                     self.metrics.failed.inc();
@@ -535,29 +541,31 @@ impl EventBroadcaster {
         }
     }
 
-    async fn write_once(&mut self, event: &EventRecord) -> Result<(), EventError> {
-        match self.correlator.correlate(event, Instant::now()) {
-            Decision::Drop => {
-                self.metrics.drop_for("spam_filtered");
-                Ok(())
-            }
+    async fn write_once(
+        &mut self,
+        event: &EventRecord,
+        decision: &Decision,
+    ) -> Result<(), EventError> {
+        match decision {
+            Decision::Drop => Ok(()),
             Decision::Create => self.create(event).await,
             Decision::Patch {
                 namespace,
                 name,
                 count,
             } => {
-                let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+                let (namespace, name, count) = (namespace.as_str(), name.as_str(), *count);
+                let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
                 let patch = serde_json::json!({
                     "count": count,
                     "lastTimestamp": Time(event.at),
                 });
                 match api
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                 {
                     Ok(_) => {
-                        self.correlator.written(event, &namespace, &name, count);
+                        self.correlator.written(event, namespace, name, count);
                         Ok(())
                     }
                     // The Event expired on the server (default TTL 1 h): start a new one.
@@ -565,7 +573,10 @@ impl EventBroadcaster {
                         self.correlator.forget(event);
                         self.create(event).await
                     }
-                    Err(source) => Err(EventError::Patch { name, source }),
+                    Err(source) => Err(EventError::Patch {
+                        name: name.to_owned(),
+                        source,
+                    }),
                 }
             }
         }
@@ -715,6 +726,20 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(c.correlate(&e, Instant::now()), Decision::Create);
         assert_eq!(c.correlate(&e, Instant::now()), Decision::Drop);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_reporting_component_has_its_own_spam_bucket() {
+        let mut c = EventCorrelator::new(1, SPAM_REFILL_EVERY);
+        let e = event_about("a", "R", "m");
+        assert_eq!(c.correlate(&e, Instant::now()), Decision::Create);
+        assert_eq!(c.correlate(&e, Instant::now()), Decision::Drop);
+        let mut other = e.clone();
+        other.source = Arc::new(EventSourceInfo {
+            component: "other-controller".into(),
+            instance: None,
+        });
+        assert_eq!(c.correlate(&other, Instant::now()), Decision::Create);
     }
 
     #[tokio::test(start_paused = true)]
