@@ -4,12 +4,17 @@
 //! `crate::api` or `crate::tfjob`.
 
 pub mod delta_fifo;
+pub mod events;
+pub mod expectations;
 pub mod factory;
 pub mod informer;
 pub mod key;
+pub mod leader_election;
+pub mod manager;
 pub mod metrics;
 pub mod object;
 pub mod reflector;
+pub mod server;
 pub mod store;
 
 pub use delta_fifo::{Delta, DeltaFifo, Deltas};
