@@ -5,7 +5,11 @@ use std::net::SocketAddr;
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
-#[command(name = "tfjob-operator", version, about = "Runs Kubeflow-compatible TFJobs")]
+#[command(
+    name = "tfjob-operator",
+    version,
+    about = "Runs Kubeflow-compatible TFJobs"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -40,7 +44,11 @@ struct RunArgs {
     #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
     metrics_bind_address: SocketAddr,
     /// Where /healthz and /readyz are served.
-    #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = "0.0.0.0:8081")]
+    #[arg(
+        long,
+        env = "HEALTH_PROBE_BIND_ADDRESS",
+        default_value = "0.0.0.0:8081"
+    )]
     health_probe_bind_address: SocketAddr,
     /// Elect a leader with a Lease so only one replica reconciles.
     #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
@@ -49,7 +57,11 @@ struct RunArgs {
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     leader_election_namespace: String,
     /// Name of the leader-election Lease.
-    #[arg(long, env = "LEADER_ELECTION_ID", default_value = "tfjob-operator-leader")]
+    #[arg(
+        long,
+        env = "LEADER_ELECTION_ID",
+        default_value = "tfjob-operator-leader"
+    )]
     leader_election_id: String,
     /// Cluster domain appended to `.svc` in TF_CONFIG addresses (Kubeflow's CUSTOM_CLUSTER_DOMAIN).
     #[arg(long, env = "CUSTOM_CLUSTER_DOMAIN")]
@@ -90,7 +102,8 @@ fn init_logging(args: &RunArgs) -> anyhow::Result<()> {
     if args.trace_pipeline {
         filter.push_str(",pipeline=debug");
     }
-    let builder = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter)?);
+    let builder =
+        tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter)?);
     match args.log_format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
@@ -99,6 +112,10 @@ fn init_logging(args: &RunArgs) -> anyhow::Result<()> {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    tracing::info!(?args, "starting tfjob-operator {}", env!("CARGO_PKG_VERSION"));
+    tracing::info!(
+        ?args,
+        "starting tfjob-operator {}",
+        env!("CARGO_PKG_VERSION")
+    );
     anyhow::bail!("the controller is not wired yet")
 }

@@ -15,4 +15,5 @@
 
 mod support;
 
+mod operator;
 mod smoke;

@@ -153,7 +153,10 @@ async fn pod_driven_to_exit_137_fails_with_that_exit_code_on_the_named_container
         .get("worker-0")
         .await
         .expect("the pod");
-    assert_eq!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Failed"));
+    assert_eq!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Failed")
+    );
     let tf = container_status(&pod, "tensorflow");
     let terminated = tf.state.as_ref().and_then(|s| s.terminated.as_ref());
     assert_eq!(terminated.map(|t| t.exit_code), Some(137));
@@ -179,7 +182,10 @@ async fn pod_driven_to_exit_0_succeeds() {
         .get("chief-0")
         .await
         .expect("the pod");
-    assert_eq!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded"));
+    assert_eq!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded")
+    );
     for name in ["tensorflow", "sidecar"] {
         let exit = container_status(&pod, name)
             .state
@@ -205,7 +211,10 @@ async fn non_zero_exit_under_on_failure_restarts_the_container_in_place() {
 
     let pods: Api<Pod> = Api::namespaced(client, &ns);
     let pod = pods.get("worker-0").await.expect("the pod");
-    assert_eq!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Running"));
+    assert_eq!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Running")
+    );
     let tf = container_status(&pod, "tensorflow");
     assert_eq!(tf.restart_count, 2, "one restart per driven exit");
     let last = tf.last_state.as_ref().and_then(|s| s.terminated.as_ref());
@@ -281,12 +290,7 @@ async fn service_account_without_bindings_is_forbidden_to_list_pods() {
     }))
     .expect("a valid TokenRequest");
     let issued: TokenRequest = accounts
-        .create_subresource(
-            "token",
-            "nobody",
-            &PostParams::default(),
-            &request,
-        )
+        .create_subresource("token", "nobody", &PostParams::default(), &request)
         .await
         .expect("failed to issue a token");
     let token = issued.status.expect("an issued token").token;
@@ -301,7 +305,10 @@ async fn service_account_without_bindings_is_forbidden_to_list_pods() {
         other => panic!("expected 403 Forbidden, got {other}"),
     }
     // The token itself is valid: the same identity may ask who it is.
-    let version = as_nobody.apiserver_version().await.expect("/version is public");
+    let version = as_nobody
+        .apiserver_version()
+        .await
+        .expect("/version is public");
     assert_eq!(version.git_version, KUBE_VERSION);
 }
 
@@ -330,7 +337,9 @@ async fn etcd_compaction_makes_watches_from_older_versions_expire() {
         "a watch from before the compaction to be refused with 410 Gone",
         Duration::from_secs(30),
         || async {
-            let stream = maps.watch(&WatchParams::default().timeout(5), &old_version).await;
+            let stream = maps
+                .watch(&WatchParams::default().timeout(5), &old_version)
+                .await;
             let first = match stream {
                 Err(kube::Error::Api(s)) if s.code == 410 => return Some(()),
                 Err(_) => return None,

@@ -166,7 +166,9 @@ pub fn helm() -> Command {
 
 /// Runs a command and returns its stdout; panics with stderr when it fails.
 pub fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("failed to run {cmd:?}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("failed to run {cmd:?}: {e}"));
     assert!(
         out.status.success(),
         "{cmd:?} failed: {}\n{}",
@@ -302,7 +304,11 @@ fn restart_counts(pod: &Pod) -> BTreeMap<String, i32> {
     pod.status
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref())
-        .map(|cs| cs.iter().map(|c| (c.name.clone(), c.restart_count)).collect())
+        .map(|cs| {
+            cs.iter()
+                .map(|c| (c.name.clone(), c.restart_count))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -337,7 +343,10 @@ pub async fn compact_etcd(client: &Client) -> i64 {
 /// few hundred bytes to a local process, so a blocking socket is fine here.
 async fn etcd_post(path: &str, body: &str) -> serde_json::Value {
     let url = cluster_env("ETCD_URL").expect("ETCD_URL is not in the cluster env file");
-    let authority = url.trim_start_matches("http://").trim_end_matches('/').to_string();
+    let authority = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
     let mut stream = std::net::TcpStream::connect(&authority)
         .unwrap_or_else(|e| panic!("failed to connect to etcd at {authority}: {e}"));
     stream
@@ -348,14 +357,29 @@ async fn etcd_post(path: &str, body: &str) -> serde_json::Value {
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    stream.write_all(request.as_bytes()).expect("failed to write to etcd");
+    stream
+        .write_all(request.as_bytes())
+        .expect("failed to write to etcd");
     let mut response = Vec::new();
-    stream.read_to_end(&mut response).expect("failed to read from etcd");
+    stream
+        .read_to_end(&mut response)
+        .expect("failed to read from etcd");
     let response = String::from_utf8_lossy(&response);
-    let (head, payload) = response.split_once("\r\n\r\n").expect("an HTTP response from etcd");
-    assert!(head.starts_with("HTTP/1.1 200"), "etcd {path} failed: {head}\n{payload}");
-    let chunked = head.to_ascii_lowercase().contains("transfer-encoding: chunked");
-    let json = if chunked { dechunk(payload) } else { payload.to_string() };
+    let (head, payload) = response
+        .split_once("\r\n\r\n")
+        .expect("an HTTP response from etcd");
+    assert!(
+        head.starts_with("HTTP/1.1 200"),
+        "etcd {path} failed: {head}\n{payload}"
+    );
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let json = if chunked {
+        dechunk(payload)
+    } else {
+        payload.to_string()
+    };
     serde_json::from_str(json.trim()).unwrap_or_else(|e| panic!("etcd {path}: {e}: {payload}"))
 }
 
