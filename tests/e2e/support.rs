@@ -166,7 +166,9 @@ pub fn helm() -> Command {
 
 /// Runs a command and returns its stdout; panics with stderr when it fails.
 pub fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("failed to run {cmd:?}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("failed to run {cmd:?}: {e}"));
     assert!(
         out.status.success(),
         "{cmd:?} failed: {}\n{}",
@@ -302,24 +304,41 @@ fn restart_counts(pod: &Pod) -> BTreeMap<String, i32> {
     pod.status
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref())
-        .map(|cs| cs.iter().map(|c| (c.name.clone(), c.restart_count)).collect())
+        .map(|cs| {
+            cs.iter()
+                .map(|c| (c.name.clone(), c.restart_count))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
-/// Compacts etcd up to its current revision (physically), so any watch or
-/// list from an older resourceVersion gets `410 Gone` ("too old resource
-/// version") and a reflector must relist. Writes one ConfigMap in `default`
-/// first, so even the newest resourceVersion a test has seen becomes too old.
-/// Returns the compacted revision. Talks to etcd's JSON gateway on `ETCD_URL`.
+/// Compacts etcd up to its current revision (physically), so a watch from an
+/// older resourceVersion gets `410 Gone` ("too old resource version") and a
+/// reflector must relist. Returns the compacted revision. Talks to etcd's JSON
+/// gateway on `ETCD_URL`.
+///
+/// Which watches see the 410 at once: **ConfigMaps**, because this cluster's
+/// API server does not watch-cache them (`--watch-cache-sizes configmaps#0`),
+/// so their watches are served by etcd itself. Other kinds are served from
+/// the API server's watch cache, which keeps its own history; for them call
+/// [`restart_apiserver`] after compacting: the restarted cache starts at the
+/// compacted revision and refuses anything older with 410.
+///
+/// Writes (creates, then deletes) a ConfigMap in `default` first: compacting
+/// at revision R keeps R itself, and a watch from resourceVersion X needs X+1,
+/// so two writes make even the newest version a test has seen too old.
 pub async fn compact_etcd(client: &Client) -> i64 {
-    let marker: ConfigMap = serde_json::from_value(serde_json::json!({
-        "metadata": { "name": format!("e2e-compaction-{}", random_suffix()) }
-    }))
-    .expect("a valid ConfigMap");
-    Api::<ConfigMap>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &marker)
+    let marker_name = format!("e2e-compaction-{}", random_suffix());
+    let marker: ConfigMap =
+        serde_json::from_value(serde_json::json!({ "metadata": { "name": marker_name } }))
+            .expect("a valid ConfigMap");
+    let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    maps.create(&PostParams::default(), &marker)
         .await
         .expect("failed to write the compaction marker");
+    maps.delete(&marker_name, &Default::default())
+        .await
+        .expect("failed to delete the compaction marker");
 
     // Any range answers with the current revision in its header.
     let range = etcd_post("/v3/kv/range", r#"{"key":"AA==","limit":1}"#).await;
@@ -337,7 +356,10 @@ pub async fn compact_etcd(client: &Client) -> i64 {
 /// few hundred bytes to a local process, so a blocking socket is fine here.
 async fn etcd_post(path: &str, body: &str) -> serde_json::Value {
     let url = cluster_env("ETCD_URL").expect("ETCD_URL is not in the cluster env file");
-    let authority = url.trim_start_matches("http://").trim_end_matches('/').to_string();
+    let authority = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
     let mut stream = std::net::TcpStream::connect(&authority)
         .unwrap_or_else(|e| panic!("failed to connect to etcd at {authority}: {e}"));
     stream
@@ -348,14 +370,29 @@ async fn etcd_post(path: &str, body: &str) -> serde_json::Value {
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    stream.write_all(request.as_bytes()).expect("failed to write to etcd");
+    stream
+        .write_all(request.as_bytes())
+        .expect("failed to write to etcd");
     let mut response = Vec::new();
-    stream.read_to_end(&mut response).expect("failed to read from etcd");
+    stream
+        .read_to_end(&mut response)
+        .expect("failed to read from etcd");
     let response = String::from_utf8_lossy(&response);
-    let (head, payload) = response.split_once("\r\n\r\n").expect("an HTTP response from etcd");
-    assert!(head.starts_with("HTTP/1.1 200"), "etcd {path} failed: {head}\n{payload}");
-    let chunked = head.to_ascii_lowercase().contains("transfer-encoding: chunked");
-    let json = if chunked { dechunk(payload) } else { payload.to_string() };
+    let (head, payload) = response
+        .split_once("\r\n\r\n")
+        .expect("an HTTP response from etcd");
+    assert!(
+        head.starts_with("HTTP/1.1 200"),
+        "etcd {path} failed: {head}\n{payload}"
+    );
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let json = if chunked {
+        dechunk(payload)
+    } else {
+        payload.to_string()
+    };
     serde_json::from_str(json.trim()).unwrap_or_else(|e| panic!("etcd {path}: {e}: {payload}"))
 }
 
