@@ -239,7 +239,16 @@ start_apiserver() {
     --service-cluster-ip-range 10.0.0.0/24 \
     --authorization-mode Node,RBAC --allow-privileged=true \
     --endpoint-reconciler-type none \
+    --watch-cache-sizes 'configmaps#0' \
+    --shutdown-watch-termination-grace-period 3s \
     --profiling=false
+  # The grace period makes SIGTERM close open watches (the other components
+  # and tests hold some): without it the API server waits up to a minute for
+  # those connections and `down`/`restart` would end in SIGKILL.
+  # ConfigMaps bypass the watch cache (`configmaps#0`): their watches go
+  # straight to etcd, so an etcd compaction (support::compact_etcd) makes a
+  # ConfigMap watch from an older resourceVersion fail with 410 Gone at once.
+  # Cached kinds would keep serving it from the cache's history for minutes.
   # /readyz includes the RBAC bootstrap roles: after it, system:masters and
   # the controller identities are authorised.
   wait_for 90 kube-apiserver admin_curl /readyz

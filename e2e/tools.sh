@@ -7,7 +7,7 @@
 #   helm                        go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION
 # Versions are pinned in e2e/versions.env; each tool lands in
 # $TFJOB_CACHE_DIR/tools/<tool>-<version>/ and is never rebuilt while that
-# directory exists. A cold run compiles Kubernetes: 10-20 minutes on 2 cores.
+# directory exists. A cold run compiles Kubernetes: roughly 5-15 minutes on 2 cores.
 # Prints nothing but progress; `bash e2e/tools.sh --bin-dir` prints the bin dir.
 set -euo pipefail
 LOG_TAG=tools
@@ -90,7 +90,7 @@ build_kubernetes() {
     ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
   log "building Kubernetes $KUBE_VERSION: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl"
-  log "  (a cold build downloads ~1.6 GB of modules and compiles for 10-20 minutes on 2 cores; warm: seconds)"
+  log "  (a cold build downloads ~1.6 GB of modules and compiles for roughly 5-15 minutes on 2 cores; warm: seconds)"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
   (cd "$E2E_DIR/k8s" && with_progress "Kubernetes $KUBE_VERSION" "$dir.tmp/build.log" \
     go build -v -trimpath -ldflags "$ldflags" -o "$dir.tmp/bin/" \
