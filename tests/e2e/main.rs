@@ -15,5 +15,7 @@
 
 mod support;
 
+mod examples;
+mod helm;
 mod operator;
 mod smoke;
