@@ -24,7 +24,10 @@ use tfjob_operator::api::constants::LABEL_JOB_NAME;
 use tokio::time::Instant;
 
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, drive_pod_exit, kubectl, run_ok, test_namespace, wait_until};
+use crate::support::{
+    EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, client, drive_pod_exit, kubectl, run_ok,
+    test_namespace, wait_until,
+};
 
 /// Every example and the test below that checks its story. A new file in
 /// `examples/` fails `every_example_applies_unchanged` until it is listed
@@ -319,9 +322,18 @@ async fn exit_code_job_recreates_a_worker_killed_with_137_and_still_succeeds() {
     let first_uid = pods[1].metadata.uid.clone().expect("a uid");
 
     // ExitCode runs Pods with restartPolicy Never: the kill fails the Pod,
-    // and the operator (not the kubelet) brings the replica back.
-    drive_pod_exit(&client, &ns, workers[1], Some("tensorflow"), 137).await;
+    // and the operator (not the kubelet) brings the replica back. Only ask
+    // KWOK for the exit here: `drive_pod_exit` would wait to see the failed
+    // Pod, which the operator may already have deleted and re-created.
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let kill = serde_json::json!({ "metadata": { "annotations": {
+        EXIT_CODE_ANNOTATION: "137",
+        EXIT_CONTAINER_ANNOTATION: "tensorflow",
+    } } });
+    pods_api
+        .patch(workers[1], &PatchParams::default(), &Patch::Merge(&kill))
+        .await
+        .expect("failed to annotate worker-1 for KWOK");
     wait_until(
         "worker-1 to be re-created (a new Pod, Running)",
         REACT,
