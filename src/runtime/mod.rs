@@ -13,6 +13,7 @@ pub mod leader_election;
 pub mod manager;
 pub mod metrics;
 pub mod object;
+pub mod ownership;
 pub mod reflector;
 pub mod server;
 pub mod store;
