@@ -18,7 +18,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the operator against the cluster in KUBECONFIG (or in-cluster config).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the TFJob CustomResourceDefinition as YAML (`kubectl apply -f -`).
     Crd,
     /// Print the version.
@@ -91,7 +91,7 @@ fn main() -> anyhow::Result<()> {
         Command::Run(args) => {
             init_logging(&args)?;
             let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(run(args))?;
+            runtime.block_on(run(*args))?;
         }
     }
     Ok(())
