@@ -17,3 +17,4 @@ mod support;
 
 mod operator;
 mod smoke;
+mod tfjob;
