@@ -69,6 +69,13 @@ struct RunArgs {
     /// Parallel API writes within one reconcile (creating a big job's Pods).
     #[arg(long, env = "TFJOB_WRITE_CONCURRENCY", default_value_t = 16)]
     write_concurrency: usize,
+    /// Client-side API rate limit in requests per second (0: off, rely on the
+    /// API server's priority and fairness, as controller-runtime does).
+    #[arg(long, env = "KUBE_API_QPS", default_value_t = 0.0)]
+    kube_api_qps: f64,
+    /// Burst above `--kube-api-qps`.
+    #[arg(long, env = "KUBE_API_BURST", default_value_t = 30)]
+    kube_api_burst: u32,
     /// Seconds to let in-flight reconciles finish on SIGTERM.
     #[arg(long, env = "GRACEFUL_SHUTDOWN_SECONDS", default_value_t = 30)]
     graceful_shutdown_seconds: u64,
