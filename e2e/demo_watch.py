@@ -91,13 +91,14 @@ def main():
                 say(f"{name}: {seen.get(name, ('-',))[0]} -> {st}   ({summary})")
             seen[name] = (st, job)
             policies = {v.get("restartPolicy") for v in job["spec"]["tfReplicaSpecs"].values()}
-            if st == "Running" and "ExitCode" in policies and name not in restarted:
+            restarts = sum(r.get("restarts", 0) for r in job.get("status", {}).get("replicaStatuses", {}).values())
+            if st != "Running" or name in finishing:
+                continue
+            if "ExitCode" in policies and name not in restarted:
                 restarted.add(name)
                 say(f"{name}: KWOK kills {name}-worker-0 with exit code 137 (retryable under ExitCode)")
                 annotate(f"{name}-worker-0", 137)
-            elif st == "Running" and name not in finishing and (name not in restarted or ("Restarting" in str(job.get("status")) and summary.count("running") > 0)):
-                if name in restarted and time.time() - T0 < 8:
-                    continue
+            elif name not in restarted or (restarts > 0 and "running" in summary and "terminating" not in summary.lower()):
                 finishing.add(name)
                 for pod in deciding_pods(job):
                     say(f"{name}: KWOK ends {pod} with exit code 0 (training done)")
