@@ -6,6 +6,7 @@
 pub mod key;
 pub mod metrics;
 pub mod object;
+pub mod workqueue;
 
 pub use key::ObjectKey;
 pub use object::Object;

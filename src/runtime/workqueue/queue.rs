@@ -1,0 +1,356 @@
+//! The basic work queue: a FIFO of keys with client-go's two guarantees.
+//!
+//! Mirrors client-go `util/workqueue/queue.go`. The two guarantees are what make
+//! a controller correct with many workers:
+//!
+//! - a key is **pending at most once**: adding a key that is already waiting
+//!   does nothing, so a burst of events for one object costs one reconcile;
+//! - a key is **never processed by two workers at once**: a key re-added while
+//!   a worker holds it is only marked dirty, and handed out again after `done`.
+//!
+//! client-go keeps a `queue`, a `dirty` set and a `processing` set. We keep the
+//! FIFO plus one map from key to its state (dirty / processing), so each
+//! operation hashes the key once or twice and clones it at most once.
+//!
+//! Deliberate difference from client-go: after shutdown `get()` returns `None`
+//! at once, even if keys are still queued (client-go keeps handing them out).
+//! A shutting-down controller should finish what is in flight and start nothing
+//! new; the next leader rebuilds the queue from its initial list anyway.
+//!
+//! This module must never sleep or spawn: delays live in `delaying.rs`.
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::pin::pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::metrics::{QueueMetrics, UnfinishedWork};
+
+/// What the queue knows about one key that is pending, processing, or both.
+struct Entry {
+    /// Waiting to be handed out (in `State::queue`, or due there after `done`).
+    dirty: bool,
+    /// Held by a worker between `get` and `done`.
+    processing: bool,
+    /// When the pending copy was added (only tracked with metrics on).
+    added_at: Option<Instant>,
+    /// When the current worker took it (only tracked with metrics on).
+    started_at: Option<Instant>,
+}
+
+struct State<T> {
+    /// Keys ready to hand out, in arrival order. Each is also in `items`, dirty.
+    queue: VecDeque<T>,
+    items: HashMap<T, Entry>,
+    processing: usize,
+    shutting_down: bool,
+    /// `shut_down_with_drain` is waiting for `processing` to reach zero.
+    draining: bool,
+}
+
+pub(super) struct Shared<T> {
+    state: Mutex<State<T>>,
+    /// Wakes workers blocked in `get` (one per added key, all on shutdown).
+    ready: Notify,
+    /// Wakes `shut_down_with_drain` when the last in-flight key is done.
+    drained: Notify,
+    metrics: Option<QueueMetrics>,
+}
+
+/// A FIFO work queue with client-go's dedup and no-concurrent-processing rules.
+///
+/// A cheap `Clone` handle: all clones share one queue.
+pub struct Queue<T> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T> Clone for Queue<T> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<T: Clone + Eq + Hash + Send + 'static> Default for Queue<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
+    /// A queue without metrics.
+    pub fn new() -> Self {
+        Self::with_metrics(None)
+    }
+
+    pub(super) fn with_metrics(metrics: Option<QueueMetrics>) -> Self {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                items: HashMap::new(),
+                processing: 0,
+                shutting_down: false,
+                draining: false,
+            }),
+            ready: Notify::new(),
+            drained: Notify::new(),
+            metrics,
+        });
+        if let Some(m) = &shared.metrics {
+            // The collector holds a Weak, so a dropped queue simply vanishes from /metrics.
+            let weak = Arc::downgrade(&shared);
+            m.track_unfinished(weak);
+        }
+        Self { shared }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        // A panic while holding this lock cannot leave the state half-updated in
+        // a way that matters more than stopping the whole controller would.
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Marks `item` as needing processing. Ignored after shutdown, and a no-op
+    /// if the key is already pending.
+    pub fn add(&self, item: T) {
+        let now = self.shared.metrics.as_ref().map(|_| Instant::now());
+        let mut st = self.lock();
+        if st.shutting_down {
+            return;
+        }
+        let added = add_locked(&mut st, item, now);
+        drop(st);
+        if added != Added::No
+            && let Some(m) = &self.shared.metrics
+        {
+            m.added();
+        }
+        if added == Added::Ready {
+            self.shared.ready.notify_one();
+        }
+    }
+
+    /// Adds many items under one lock (used by the delaying queue's timer).
+    pub(super) fn add_all(&self, items: impl Iterator<Item = T>) {
+        let now = self.shared.metrics.as_ref().map(|_| Instant::now());
+        let mut st = self.lock();
+        if st.shutting_down {
+            return;
+        }
+        let (mut counted, mut ready) = (0, 0);
+        for item in items {
+            match add_locked(&mut st, item, now) {
+                Added::No => {}
+                Added::Dirty => counted += 1,
+                Added::Ready => {
+                    counted += 1;
+                    ready += 1;
+                }
+            }
+        }
+        drop(st);
+        if let Some(m) = &self.shared.metrics {
+            (0..counted).for_each(|_| m.added());
+        }
+        (0..ready).for_each(|_| self.shared.ready.notify_one());
+    }
+
+    /// Waits for the next key and marks it as processing. The caller must call
+    /// [`done`](Self::done) with it. Returns `None` once the queue is shut down.
+    ///
+    /// Cancel-safe: dropping the future before it resolves loses no key.
+    pub async fn get(&self) -> Option<T> {
+        if let Some(next) = self.try_get() {
+            return next;
+        }
+        loop {
+            let notified = pin!(self.shared.ready.notified());
+            let mut notified = notified;
+            // Register before re-checking, so an add between the check and the
+            // await still wakes us (Notify::enable is what makes this race-free).
+            notified.as_mut().enable();
+            if let Some(next) = self.try_get() {
+                return next;
+            }
+            notified.await;
+        }
+    }
+
+    /// `Some(Some(key))`: got a key; `Some(None)`: shut down; `None`: empty.
+    fn try_get(&self) -> Option<Option<T>> {
+        let mut st = self.lock();
+        if st.shutting_down {
+            return Some(None);
+        }
+        let item = st.queue.pop_front()?;
+        let track = self.shared.metrics.is_some();
+        let now = track.then(Instant::now);
+        let mut queued_for = None;
+        if let Some(e) = st.items.get_mut(&item) {
+            e.dirty = false;
+            e.processing = true;
+            if let (Some(now), Some(added)) = (now, e.added_at.take()) {
+                queued_for = Some(now - added);
+            }
+            e.started_at = now;
+        }
+        st.processing += 1;
+        drop(st);
+        if let Some(m) = &self.shared.metrics {
+            m.got(queued_for);
+        }
+        Some(Some(item))
+    }
+
+    /// Marks `item` as finished. If it was added again meanwhile, it is queued
+    /// now (and only now), so no two workers ever hold the same key.
+    pub fn done(&self, item: &T) {
+        let track = self.shared.metrics.is_some();
+        let now = track.then(Instant::now);
+        let mut st = self.lock();
+        let Some(e) = st.items.get_mut(item) else {
+            return;
+        };
+        if !e.processing {
+            return;
+        }
+        e.processing = false;
+        let worked_for = match (now, e.started_at.take()) {
+            (Some(now), Some(start)) => Some(now - start),
+            _ => None,
+        };
+        let requeue = e.dirty;
+        if !requeue {
+            // A second hash rather than a clone: `done` has only a reference.
+            st.items.remove(item);
+        }
+        st.processing -= 1;
+        if requeue {
+            st.queue.push_back(item.clone());
+        }
+        let drained = st.draining && st.processing == 0;
+        drop(st);
+        if let (Some(m), Some(d)) = (&self.shared.metrics, worked_for) {
+            m.done(d);
+        }
+        if requeue {
+            self.shared.ready.notify_one();
+        }
+        if drained {
+            self.shared.drained.notify_waiters();
+        }
+    }
+
+    /// Number of keys waiting to be handed out (not counting those in flight).
+    pub fn len(&self) -> usize {
+        self.lock().queue.len()
+    }
+
+    /// True when no key is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of keys currently held by workers.
+    pub fn processing(&self) -> usize {
+        self.lock().processing
+    }
+
+    /// True once `shut_down` or `shut_down_with_drain` was called.
+    pub fn is_shutting_down(&self) -> bool {
+        self.lock().shutting_down
+    }
+
+    /// Stops the queue: new adds are ignored and every `get` returns `None`.
+    /// Also releases anyone waiting in `shut_down_with_drain`.
+    pub fn shut_down(&self) {
+        let mut st = self.lock();
+        st.shutting_down = true;
+        st.draining = false;
+        drop(st);
+        self.shared.ready.notify_waiters();
+        self.shared.drained.notify_waiters();
+    }
+
+    /// Like [`shut_down`](Self::shut_down), then waits until every key handed
+    /// out has been marked `done`: in-flight work finishes, nothing new starts.
+    pub async fn shut_down_with_drain(&self) {
+        {
+            let mut st = self.lock();
+            st.shutting_down = true;
+            st.draining = true;
+        }
+        self.shared.ready.notify_waiters();
+        loop {
+            let notified = pin!(self.shared.drained.notified());
+            let mut notified = notified;
+            notified.as_mut().enable();
+            {
+                let st = self.lock();
+                if st.processing == 0 || !st.draining {
+                    return;
+                }
+            }
+            notified.await;
+        }
+    }
+}
+
+/// What an add did, which decides what is counted and who is woken.
+#[derive(Debug, PartialEq, Eq)]
+enum Added {
+    /// Already pending: nothing changes.
+    No,
+    /// Being processed: marked dirty, handed out again after `done`.
+    Dirty,
+    /// Queued now: wake a worker.
+    Ready,
+}
+
+fn add_locked<T: Clone + Eq + Hash>(st: &mut State<T>, item: T, now: Option<Instant>) -> Added {
+    if let Some(e) = st.items.get_mut(&item) {
+        if e.dirty {
+            return Added::No;
+        }
+        // Processing and not yet re-added: remember to hand it out after `done`.
+        e.dirty = true;
+        e.added_at = now;
+        return Added::Dirty;
+    }
+    st.items.insert(
+        item.clone(),
+        Entry {
+            dirty: true,
+            processing: false,
+            added_at: now,
+            started_at: None,
+        },
+    );
+    st.queue.push_back(item);
+    Added::Ready
+}
+
+impl<T: Eq + Hash + Send + 'static> UnfinishedWork for Shared<T> {
+    fn unfinished(&self, now: Instant) -> (f64, f64) {
+        let st = self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut total = 0.0;
+        let mut longest = 0.0f64;
+        for e in st.items.values() {
+            if let (true, Some(start)) = (e.processing, e.started_at) {
+                let secs = (now - start).as_secs_f64();
+                total += secs;
+                longest = longest.max(secs);
+            }
+        }
+        (total, longest)
+    }
+}
