@@ -241,3 +241,105 @@ async fn run_timer<T: Clone + Eq + Hash + Send + 'static>(timer: Arc<Timer<T>>, 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Advances paused time and lets the timer task run.
+    async fn advance(d: Duration) {
+        tokio::time::advance(d).await;
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delayed_key_arrives_exactly_when_due() {
+        let q = DelayingQueue::new();
+        q.add_after("a", Duration::from_secs(10));
+        advance(Duration::from_millis(9_999)).await;
+        assert_eq!(q.queue().len(), 0, "handed out early");
+        assert_eq!(q.waiting(), 1);
+        advance(Duration::from_millis(1)).await;
+        assert_eq!(q.queue().len(), 1);
+        assert_eq!(q.waiting(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_earlier_of_two_waits_wins_in_either_order() {
+        let q = DelayingQueue::new();
+        q.add_after("late-then-early", Duration::from_secs(10));
+        q.add_after("late-then-early", Duration::from_secs(1));
+        q.add_after("early-then-late", Duration::from_secs(1));
+        q.add_after("early-then-late", Duration::from_secs(10));
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(q.queue().len(), 2);
+        assert_eq!(q.waiting(), 0, "the later wait must be forgotten");
+        for _ in 0..2 {
+            let k = q.queue().get().await;
+            q.queue().done(&k.unwrap_or_default());
+        }
+        advance(Duration::from_secs(20)).await;
+        assert_eq!(q.queue().len(), 0, "a stale wait fired a second time");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_earliest_key_wakes_the_sleeping_timer() {
+        let q = DelayingQueue::new();
+        q.add_after(1, Duration::from_secs(100));
+        advance(Duration::from_millis(1)).await;
+        q.add_after(2, Duration::from_secs(1));
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(q.queue().get().await, Some(2));
+        assert_eq!(q.waiting(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keys_due_together_keep_their_order() {
+        let q = DelayingQueue::new();
+        q.add_after("b", Duration::from_secs(2));
+        q.add_after("a", Duration::from_secs(1));
+        q.add_after("c", Duration::from_secs(2));
+        advance(Duration::from_secs(2)).await;
+        assert_eq!(q.queue().get().await, Some("a"));
+        assert_eq!(q.queue().get().await, Some("b"));
+        assert_eq!(q.queue().get().await, Some("c"));
+    }
+
+    #[tokio::test]
+    async fn zero_delay_adds_at_once_without_a_timer() {
+        let q = DelayingQueue::new();
+        q.add_after("now", Duration::ZERO);
+        assert_eq!(q.queue().len(), 1);
+        assert!(!q.timer.0.lock().spawned);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_drops_waiting_keys_and_ignores_new_ones() {
+        let q = DelayingQueue::new();
+        q.add_after("a", Duration::from_secs(1));
+        q.shut_down();
+        q.add_after("b", Duration::from_secs(1));
+        advance(Duration::from_secs(5)).await;
+        assert_eq!(q.waiting(), 0);
+        assert_eq!(q.queue().len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropping_the_last_handle_stops_the_timer_task() {
+        let metrics = tokio::runtime::Handle::current().metrics();
+        let before = metrics.num_alive_tasks();
+        let q = DelayingQueue::new();
+        q.add_after("a", Duration::from_secs(60));
+        tokio::task::yield_now().await;
+        assert_eq!(metrics.num_alive_tasks(), before + 1);
+        let clone = q.clone();
+        drop(q);
+        advance(Duration::from_millis(1)).await;
+        assert_eq!(metrics.num_alive_tasks(), before + 1, "a clone still lives");
+        drop(clone);
+        advance(Duration::from_millis(1)).await;
+        assert_eq!(metrics.num_alive_tasks(), before);
+    }
+}

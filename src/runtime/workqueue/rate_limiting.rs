@@ -140,3 +140,89 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> RateLimitingQueue<T> {
         self.delaying.shut_down_with_drain().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::metrics::{encode, new_registry};
+    use crate::runtime::workqueue::ItemExponentialFailure;
+
+    async fn advance(d: Duration) {
+        tokio::time::advance(d).await;
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_limited_adds_back_off_exponentially_until_forgotten() {
+        let q = RateLimitingQueue::new(ItemExponentialFailure::new(
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        ));
+        q.add_rate_limited("k");
+        advance(Duration::from_millis(999)).await;
+        assert_eq!(q.len(), 0);
+        advance(Duration::from_millis(1)).await;
+        assert_eq!(q.len(), 1, "first retry after 1 s");
+        let k = q.get().await.unwrap_or_default();
+        q.add_rate_limited(k);
+        q.done(&k);
+        advance(Duration::from_millis(1_999)).await;
+        assert_eq!(q.len(), 0);
+        advance(Duration::from_millis(1)).await;
+        assert_eq!(q.len(), 1, "second retry after 2 s");
+        assert_eq!(q.num_requeues(&"k"), 2);
+        q.forget(&"k");
+        assert_eq!(q.num_requeues(&"k"), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn add_after_and_add_rate_limited_share_the_earlier_deadline() {
+        let q = RateLimitingQueue::new(ItemExponentialFailure::new(
+            Duration::from_secs(10),
+            Duration::from_secs(60),
+        ));
+        q.add_after(1, Duration::from_secs(3));
+        q.add_rate_limited(1);
+        advance(Duration::from_secs(3)).await;
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.waiting(), 0);
+    }
+
+    #[tokio::test]
+    async fn retries_are_counted_under_the_queue_name() {
+        let registry = new_registry();
+        let q = RateLimitingQueue::with_metrics(
+            "tfjob",
+            crate::runtime::workqueue::default_controller_rate_limiter(),
+            &registry,
+        );
+        q.add_rate_limited("a".to_owned());
+        q.add_rate_limited("a".to_owned());
+        assert!(encode(&registry).contains("workqueue_retries_total{name=\"tfjob\"} 2\n"));
+        q.shut_down();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shut_down_with_drain_drops_delayed_keys_and_waits_for_in_flight() {
+        let q = RateLimitingQueue::with_default_limiter();
+        q.add("a");
+        q.add_after("b", Duration::from_secs(1));
+        let a = q.get().await;
+        let drain = tokio::spawn({
+            let q = q.clone();
+            async move { q.shut_down_with_drain().await }
+        });
+        // Let the drain start (and shut the queue) before "b" is due.
+        tokio::task::yield_now().await;
+        advance(Duration::from_secs(2)).await;
+        assert!(!drain.is_finished());
+        assert_eq!(q.waiting(), 0);
+        assert_eq!(q.len(), 0, "a delayed key arrived after shutdown");
+        q.done(&"a");
+        advance(Duration::from_millis(1)).await;
+        assert!(drain.is_finished());
+        assert_eq!(a, Some("a"));
+    }
+}
