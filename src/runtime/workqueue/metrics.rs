@@ -187,7 +187,7 @@ impl Collector for UnfinishedCollector {
                 .filter_map(|(l, q)| q.upgrade().map(|q| (l.clone(), q.unfinished(now))))
                 .collect()
         };
-        let families: [(&str, &str, fn((f64, f64)) -> f64); 2] = [
+        let families: [(&str, &str, Pick); 2] = [
             (
                 "workqueue_unfinished_work_seconds",
                 "How many seconds of work has been done that is in progress and hasn't been \
@@ -210,6 +210,9 @@ impl Collector for UnfinishedCollector {
         Ok(())
     }
 }
+
+/// Picks one of (total, longest) for a gauge.
+type Pick = fn((f64, f64)) -> f64;
 
 type Registered = (Weak<Mutex<Registry>>, TypeId, Box<dyn Any + Send>);
 

@@ -9,6 +9,8 @@
 
 pub mod delaying;
 pub mod metrics;
+#[cfg(test)]
+mod model_tests;
 pub mod queue;
 pub mod rate_limiter;
 pub mod rate_limiting;
