@@ -15,12 +15,13 @@
 //! This module must never hand a key out early, nor keep a dropped queue's
 //! task alive.
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::hash::Hash;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use hashbrown::HashMap;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 

@@ -8,9 +8,11 @@
 //! - a key is **never processed by two workers at once**: a key re-added while
 //!   a worker holds it is only marked dirty, and handed out again after `done`.
 //!
-//! client-go keeps a `queue`, a `dirty` set and a `processing` set. We keep the
-//! FIFO plus one map from key to its state (dirty / processing), so each
-//! operation hashes the key once or twice and clones it at most once.
+//! client-go keeps a `queue`, a `dirty` set and a `processing` set. We keep
+//! one slot per known key (its state: dirty / processing) in a slab, a hash
+//! index from key to slot, and a FIFO of slot numbers. A full add → get → done
+//! cycle then hashes the key twice (add, done), clones it once (get returns
+//! it), and allocates nothing once the slab and FIFO have grown.
 //!
 //! Deliberate difference from client-go: after shutdown `get()` returns `None`
 //! at once, even if keys are still queued (client-go keeps handing them out).
@@ -18,18 +20,22 @@
 //! new; the next leader rebuilds the queue from its initial list anyway.
 //!
 //! This module must never sleep or spawn: delays live in `delaying.rs`.
-use std::collections::{HashMap, VecDeque};
-use std::hash::Hash;
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, Hash};
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use hashbrown::{DefaultHashBuilder, HashTable};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::metrics::{QueueMetrics, UnfinishedWork};
 
 /// What the queue knows about one key that is pending, processing, or both.
-struct Entry {
+struct Slot<T> {
+    item: T,
+    /// Kept so growing the index never re-hashes keys.
+    hash: u64,
     /// Waiting to be handed out (in `State::queue`, or due there after `done`).
     dirty: bool,
     /// Held by a worker between `get` and `done`.
@@ -41,17 +47,40 @@ struct Entry {
 }
 
 struct State<T> {
-    /// Keys ready to hand out, in arrival order. Each is also in `items`, dirty.
-    queue: VecDeque<T>,
-    items: HashMap<T, Entry>,
+    /// Slots ready to hand out, in arrival order; each is dirty, not processing.
+    queue: VecDeque<usize>,
+    /// Every key the queue knows; `None` marks a free slot (listed in `free`).
+    slots: Vec<Option<Slot<T>>>,
+    free: Vec<usize>,
+    /// Key → slot number.
+    index: HashTable<usize>,
     processing: usize,
     shutting_down: bool,
     /// `shut_down_with_drain` is waiting for `processing` to reach zero.
     draining: bool,
 }
 
+impl<T: Eq + Hash> State<T> {
+    /// The slot holding `item`, if the queue knows it.
+    fn find(&self, hash: u64, item: &T) -> Option<usize> {
+        let slots = &self.slots;
+        self.index.find(hash, |&i| slot_is(slots, i, item)).copied()
+    }
+
+    fn slot_mut(&mut self, i: usize) -> Option<&mut Slot<T>> {
+        self.slots.get_mut(i).and_then(Option::as_mut)
+    }
+}
+
+fn slot_is<T: Eq>(slots: &[Option<Slot<T>>], i: usize, item: &T) -> bool {
+    matches!(slots.get(i), Some(Some(s)) if s.item == *item)
+}
+
 pub(super) struct Shared<T> {
     state: Mutex<State<T>>,
+    /// Outside the lock: keys are hashed before taking it, to keep the
+    /// critical section short when many producers add hot keys.
+    hasher: DefaultHashBuilder,
     /// Wakes workers blocked in `get` (one per added key, all on shutdown).
     ready: Notify,
     /// Wakes `shut_down_with_drain` when the last in-flight key is done.
@@ -90,11 +119,14 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
-                items: HashMap::new(),
+                slots: Vec::new(),
+                free: Vec::new(),
+                index: HashTable::new(),
                 processing: 0,
                 shutting_down: false,
                 draining: false,
             }),
+            hasher: DefaultHashBuilder::default(),
             ready: Notify::new(),
             drained: Notify::new(),
             metrics,
@@ -119,12 +151,23 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
     /// Marks `item` as needing processing. Ignored after shutdown, and a no-op
     /// if the key is already pending.
     pub fn add(&self, item: T) {
+        self.add_item(Item::Owned(item));
+    }
+
+    /// Like [`add`](Self::add), but clones the key only if the queue does not
+    /// already hold it: a burst of events for a pending key allocates nothing.
+    pub fn add_ref(&self, item: &T) {
+        self.add_item(Item::Borrowed(item));
+    }
+
+    fn add_item(&self, item: Item<'_, T>) {
         let now = self.shared.metrics.as_ref().map(|_| Instant::now());
+        let hash = self.shared.hasher.hash_one(item.get());
         let mut st = self.lock();
         if st.shutting_down {
             return;
         }
-        let added = add_locked(&mut st, item, now);
+        let added = add_locked(&mut st, item, hash, now);
         drop(st);
         if added != Added::No
             && let Some(m) = &self.shared.metrics
@@ -145,7 +188,9 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
         }
         let (mut counted, mut ready) = (0, 0);
         for item in items {
-            match add_locked(&mut st, item, now) {
+            // Rare path (the delaying queue's timer): hashing under the lock is fine.
+            let hash = self.shared.hasher.hash_one(&item);
+            match add_locked(&mut st, Item::Owned(item), hash, now) {
                 Added::No => {}
                 Added::Dirty => counted += 1,
                 Added::Ready => {
@@ -166,10 +211,12 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
     ///
     /// Cancel-safe: dropping the future before it resolves loses no key.
     pub async fn get(&self) -> Option<T> {
-        if let Some(next) = self.try_get() {
-            return next;
-        }
         loop {
+            // Fast path, also taken after every wake-up: no waiter registration
+            // (which costs Notify's own lock) while keys are available.
+            if let Some(next) = self.try_get() {
+                return next;
+            }
             let notified = pin!(self.shared.ready.notified());
             let mut notified = notified;
             // Register before re-checking, so an add between the check and the
@@ -188,18 +235,19 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
         if st.shutting_down {
             return Some(None);
         }
-        let item = st.queue.pop_front()?;
+        let i = st.queue.pop_front()?;
         let track = self.shared.metrics.is_some();
         let now = track.then(Instant::now);
         let mut queued_for = None;
-        if let Some(e) = st.items.get_mut(&item) {
-            e.dirty = false;
-            e.processing = true;
-            if let (Some(now), Some(added)) = (now, e.added_at.take()) {
-                queued_for = Some(now - added);
-            }
-            e.started_at = now;
+        // Every queued slot is occupied; an empty one would be a bug, skip it.
+        let slot = st.slot_mut(i)?;
+        slot.dirty = false;
+        slot.processing = true;
+        if let (Some(now), Some(added)) = (now, slot.added_at.take()) {
+            queued_for = Some(now - added);
         }
+        slot.started_at = now;
+        let item = slot.item.clone();
         st.processing += 1;
         drop(st);
         if let Some(m) = &self.shared.metrics {
@@ -213,29 +261,36 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
     pub fn done(&self, item: &T) {
         let track = self.shared.metrics.is_some();
         let now = track.then(Instant::now);
-        let mut st = self.lock();
-        let Some(e) = st.items.get_mut(item) else {
+        let hash = self.shared.hasher.hash_one(item);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let slots = &mut st.slots;
+        let Ok(entry) = st.index.find_entry(hash, |&i| slot_is(slots, i, item)) else {
             return;
         };
-        if !e.processing {
+        let i = *entry.get();
+        let Some(slot) = slots.get_mut(i).and_then(Option::as_mut) else {
+            return;
+        };
+        if !slot.processing {
             return;
         }
-        e.processing = false;
-        let worked_for = match (now, e.started_at.take()) {
+        slot.processing = false;
+        let worked_for = match (now, slot.started_at.take()) {
             (Some(now), Some(start)) => Some(now - start),
             _ => None,
         };
-        let requeue = e.dirty;
-        if !requeue {
-            // A second hash rather than a clone: `done` has only a reference.
-            st.items.remove(item);
+        let requeue = slot.dirty;
+        if requeue {
+            st.queue.push_back(i);
+        } else {
+            entry.remove();
+            slots[i] = None;
+            st.free.push(i);
         }
         st.processing -= 1;
-        if requeue {
-            st.queue.push_back(item.clone());
-        }
         let drained = st.draining && st.processing == 0;
-        drop(st);
+        drop(guard);
         if let (Some(m), Some(d)) = (&self.shared.metrics, worked_for) {
             m.done(d);
         }
@@ -313,26 +368,69 @@ enum Added {
     Ready,
 }
 
-fn add_locked<T: Clone + Eq + Hash>(st: &mut State<T>, item: T, now: Option<Instant>) -> Added {
-    if let Some(e) = st.items.get_mut(&item) {
-        if e.dirty {
+/// A key to add: owned, or borrowed and cloned only if it is new.
+enum Item<'a, T> {
+    Owned(T),
+    Borrowed(&'a T),
+}
+
+impl<T: Clone> Item<'_, T> {
+    fn get(&self) -> &T {
+        match self {
+            Item::Owned(t) => t,
+            Item::Borrowed(t) => t,
+        }
+    }
+
+    fn into_owned(self) -> T {
+        match self {
+            Item::Owned(t) => t,
+            Item::Borrowed(t) => t.clone(),
+        }
+    }
+}
+
+fn add_locked<T: Clone + Eq + Hash>(
+    st: &mut State<T>,
+    item: Item<'_, T>,
+    hash: u64,
+    now: Option<Instant>,
+) -> Added {
+    if let Some(i) = st.find(hash, item.get())
+        && let Some(slot) = st.slot_mut(i)
+    {
+        if slot.dirty {
             return Added::No;
         }
         // Processing and not yet re-added: remember to hand it out after `done`.
-        e.dirty = true;
-        e.added_at = now;
+        slot.dirty = true;
+        slot.added_at = now;
         return Added::Dirty;
     }
-    st.items.insert(
-        item.clone(),
-        Entry {
-            dirty: true,
-            processing: false,
-            added_at: now,
-            started_at: None,
-        },
-    );
-    st.queue.push_back(item);
+    let slot = Slot {
+        item: item.into_owned(),
+        hash,
+        dirty: true,
+        processing: false,
+        added_at: now,
+        started_at: None,
+    };
+    let i = match st.free.pop() {
+        Some(i) => {
+            st.slots[i] = Some(slot);
+            i
+        }
+        None => {
+            st.slots.push(Some(slot));
+            st.slots.len() - 1
+        }
+    };
+    let State { index, slots, .. } = st;
+    index.insert_unique(hash, i, |&j| match slots.get(j) {
+        Some(Some(s)) => s.hash,
+        _ => 0,
+    });
+    st.queue.push_back(i);
     Added::Ready
 }
 
@@ -344,7 +442,7 @@ impl<T: Eq + Hash + Send + 'static> UnfinishedWork for Shared<T> {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut total = 0.0;
         let mut longest = 0.0f64;
-        for e in st.items.values() {
+        for e in st.slots.iter().flatten() {
             if let (true, Some(start)) = (e.processing, e.started_at) {
                 let secs = (now - start).as_secs_f64();
                 total += secs;

@@ -68,6 +68,11 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> RateLimitingQueue<T> {
         self.delaying.queue().add(item);
     }
 
+    /// Adds `item` now, cloning it only if it is not already pending.
+    pub fn add_ref(&self, item: &T) {
+        self.delaying.queue().add_ref(item);
+    }
+
     /// Adds `item` after `delay`; the earlier time wins if it is already waiting.
     pub fn add_after(&self, item: T, delay: Duration) {
         self.delaying.add_after(item, delay);
