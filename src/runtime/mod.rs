@@ -7,6 +7,7 @@ pub mod delta_fifo;
 pub mod events;
 pub mod expectations;
 pub mod factory;
+pub mod handler;
 pub mod informer;
 pub mod key;
 pub mod leader_election;
