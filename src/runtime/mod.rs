@@ -3,6 +3,7 @@
 //! Everything here is generic over any `kube::Resource`; nothing here may import
 //! `crate::api` or `crate::tfjob`.
 
+pub mod controller;
 pub mod delta_fifo;
 pub mod events;
 pub mod expectations;

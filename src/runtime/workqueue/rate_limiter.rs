@@ -25,6 +25,19 @@ pub trait RateLimiter<T>: Send + Sync + 'static {
     fn num_requeues(&self, item: &T) -> u32;
 }
 
+/// A boxed limiter is a limiter (so builders can store any choice).
+impl<T: 'static> RateLimiter<T> for Box<dyn RateLimiter<T>> {
+    fn when(&self, item: &T) -> Duration {
+        (**self).when(item)
+    }
+    fn forget(&self, item: &T) {
+        (**self).forget(item);
+    }
+    fn num_requeues(&self, item: &T) -> u32 {
+        (**self).num_requeues(item)
+    }
+}
+
 fn lock<S>(m: &Mutex<S>) -> MutexGuard<'_, S> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
