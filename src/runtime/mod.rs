@@ -3,14 +3,24 @@
 //! Everything here is generic over any `kube::Resource`; nothing here may import
 //! `crate::api` or `crate::tfjob`.
 
+pub mod delta_fifo;
 pub mod events;
 pub mod expectations;
+pub mod factory;
+pub mod informer;
 pub mod key;
 pub mod leader_election;
 pub mod manager;
 pub mod metrics;
 pub mod object;
+pub mod reflector;
 pub mod server;
+pub mod store;
 
+pub use delta_fifo::{Delta, DeltaFifo, Deltas};
+pub use factory::{InformerFactory, WatchConfig};
+pub use informer::{DeletedObject, EventHandler, InformerConfig, SharedInformer};
 pub use key::ObjectKey;
 pub use object::Object;
+pub use reflector::{ListWatch, Reflector, ReflectorConfig};
+pub use store::{CONTROLLER_UID_INDEX, IndexFn, Indexer, NAMESPACE_INDEX};

@@ -1,0 +1,228 @@
+//! The InformerFactory: one shared informer per (kind, watch config).
+//!
+//! Mirrors client-go `informers.SharedInformerFactory` (and
+//! controller-runtime's informer cache). Every controller asks the factory for
+//! the informers it needs; asking twice for the same kind and configuration
+//! returns the same informer, so the process opens one watch per kind however
+//! many controllers read it. `start` runs every informer created so far.
+//!
+//! It must never start an informer implicitly on a read (controller-runtime's
+//! lazy informers caused surprise cluster-wide watches), and never create two
+//! informers for one (kind, config).
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::{BoxFuture, join_all};
+use tokio_util::sync::CancellationToken;
+
+use super::Object;
+use super::informer::{InformerConfig, SharedInformer};
+use super::reflector::{ApiListWatch, ReflectorConfig};
+
+/// What one informer watches: the scope and filters of its list/watch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct WatchConfig {
+    /// Watch one namespace; `None` watches all (or a cluster-scoped kind).
+    pub namespace: Option<String>,
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+    /// Re-deliver every cached object this often; `None`: never.
+    pub resync: Option<Duration>,
+}
+
+/// The type-erased operations the factory needs on any informer.
+trait AnyInformer: Send + Sync {
+    fn as_any(&self) -> &dyn Any;
+    fn spawn(&self, shutdown: CancellationToken);
+    fn has_synced(&self) -> bool;
+    fn wait_for_sync(&self) -> BoxFuture<'static, ()>;
+}
+
+impl<K: Object> AnyInformer for SharedInformer<K> {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn spawn(&self, shutdown: CancellationToken) {
+        tokio::spawn(self.clone().run(shutdown));
+    }
+
+    fn has_synced(&self) -> bool {
+        SharedInformer::has_synced(self)
+    }
+
+    fn wait_for_sync(&self) -> BoxFuture<'static, ()> {
+        let informer = self.clone();
+        Box::pin(async move { informer.wait_for_sync().await })
+    }
+}
+
+struct Entry {
+    informer: Arc<dyn AnyInformer>,
+    started: bool,
+}
+
+/// Creates and owns the shared informers of one process. Cloning shares it.
+#[derive(Clone)]
+pub struct InformerFactory {
+    client: kube::Client,
+    entries: Arc<Mutex<HashMap<(TypeId, WatchConfig), Entry>>>,
+}
+
+impl InformerFactory {
+    pub fn new(client: kube::Client) -> Self {
+        Self {
+            client,
+            entries: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(TypeId, WatchConfig), Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The informer for `K` with `config`, created on first request. Call
+    /// [`Self::start`] after creating informers to run them.
+    pub fn informer<K: Object>(&self, config: WatchConfig) -> SharedInformer<K> {
+        let mut entries = self.lock();
+        let id = (TypeId::of::<K>(), config.clone());
+        if let Some(existing) = entries
+            .get(&id)
+            .and_then(|e| e.informer.as_any().downcast_ref::<SharedInformer<K>>())
+        {
+            return existing.clone();
+        }
+        let list_watch = ApiListWatch::new::<K>(self.client.clone(), config.namespace.as_deref());
+        let informer = SharedInformer::new(
+            Arc::new(list_watch),
+            InformerConfig {
+                reflector: ReflectorConfig {
+                    label_selector: config.label_selector,
+                    field_selector: config.field_selector,
+                    ..ReflectorConfig::default()
+                },
+                resync: config.resync,
+            },
+        );
+        entries.insert(
+            id,
+            Entry {
+                informer: Arc::new(informer.clone()),
+                started: false,
+            },
+        );
+        informer
+    }
+
+    /// Spawns every informer created so far that is not running yet
+    /// (idempotent; call again after creating more). Needs a tokio runtime.
+    pub fn start(&self, shutdown: CancellationToken) {
+        for entry in self.lock().values_mut() {
+            if !entry.started {
+                entry.informer.spawn(shutdown.clone());
+                entry.started = true;
+            }
+        }
+    }
+
+    /// Waits until every informer created so far has synced. Cancel-safe.
+    pub async fn wait_for_cache_sync(&self) {
+        let waits: Vec<_> = self
+            .lock()
+            .values()
+            .map(|e| e.informer.wait_for_sync())
+            .collect();
+        join_all(waits).await;
+    }
+
+    /// Whether every informer created so far has synced.
+    pub fn has_synced(&self) -> bool {
+        self.lock().values().all(|e| e.informer.has_synced())
+    }
+
+    /// Number of distinct informers created.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no informer was created yet.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+
+    /// A client for a server that is never reached: these tests only look at
+    /// which informers the factory hands out.
+    fn offline_client() -> kube::Client {
+        let url = "http://127.0.0.1:9".parse().expect("a valid URL");
+        kube::Client::try_from(kube::Config::new(url)).expect("a client")
+    }
+
+    fn same<K: Object>(a: &SharedInformer<K>, b: &SharedInformer<K>) -> bool {
+        // Informers share their cache iff they are the same informer.
+        let probe = Arc::new(
+            serde_json::from_value::<K>(serde_json::json!({
+                "metadata": {"name": "probe", "namespace": "ns"}
+            }))
+            .expect("a minimal object"),
+        );
+        a.indexer().insert(probe);
+        let shared = b.indexer().len() == 1;
+        a.indexer()
+            .remove(&crate::runtime::ObjectKey::new(Some("ns"), "probe"));
+        shared
+    }
+
+    #[tokio::test]
+    async fn the_same_kind_and_config_get_the_same_informer() {
+        let factory = InformerFactory::new(offline_client());
+        let a = factory.informer::<Pod>(WatchConfig::default());
+        let b = factory.clone().informer::<Pod>(WatchConfig::default());
+        assert!(same(&a, &b));
+        assert_eq!(factory.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn another_config_or_kind_gets_another_informer() {
+        let factory = InformerFactory::new(offline_client());
+        let all = factory.informer::<Pod>(WatchConfig::default());
+        let one_ns = factory.informer::<Pod>(WatchConfig {
+            namespace: Some("ns".into()),
+            ..WatchConfig::default()
+        });
+        let _cms = factory.informer::<ConfigMap>(WatchConfig::default());
+        assert!(!same(&all, &one_ns));
+        assert_eq!(factory.len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_synced_while_the_server_is_unreachable() {
+        let factory = InformerFactory::new(offline_client());
+        let _pods = factory.informer::<Pod>(WatchConfig::default());
+        assert!(!factory.has_synced());
+        let shutdown = CancellationToken::new();
+        factory.start(shutdown.clone());
+        factory.start(shutdown.clone());
+        // The server is unreachable: the informer keeps retrying, never syncs.
+        let waited =
+            tokio::time::timeout(Duration::from_secs(30), factory.wait_for_cache_sync()).await;
+        assert!(waited.is_err());
+        assert!(!factory.has_synced());
+        shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn an_empty_factory_is_synced() {
+        let factory = InformerFactory::new(offline_client());
+        assert!(factory.is_empty());
+        assert!(factory.has_synced());
+        factory.wait_for_cache_sync().await;
+    }
+}
