@@ -422,6 +422,8 @@ impl Manager {
         {
             infra_tasks.abort_all();
         }
+        // Also ends the signal watcher when we stopped for another reason.
+        shutdown.cancel();
         tracing::info!("manager stopped");
         result
     }
