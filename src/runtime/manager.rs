@@ -23,6 +23,34 @@
 //!
 //! The manager never reconciles anything itself and never knows what its
 //! runnables are; it only orders their start and stop.
+//!
+//! ```no_run
+//! # async fn example(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use tfjob_operator::runtime::InformerFactory;
+//! use tfjob_operator::runtime::leader_election::LeaderElectionConfig;
+//! use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
+//!
+//! let factory = InformerFactory::new(client.clone());
+//! // ... controllers create their informers from `factory` here ...
+//! let mut manager = Manager::new(
+//!     client,
+//!     ManagerConfig {
+//!         leader_election: Some(LeaderElectionConfig::new("kubeflow", "tfjob-operator")),
+//!         ..ManagerConfig::default()
+//!     },
+//! );
+//! let recorder = manager.event_recorder("tfjob-controller");
+//! manager.add_cache(factory);
+//! manager.add_runnable("tfjob-controller", true, move |shutdown| async move {
+//!     // Run workers until `shutdown` fires, then finish in-flight reconciles.
+//!     shutdown.cancelled().await;
+//!     drop(recorder);
+//!     Ok(())
+//! });
+//! manager.run().await?;
+//! # Ok(())
+//! # }
+//! ```
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
