@@ -373,7 +373,9 @@ cmd_up() {
   local n
   n=$(running_components)
   if ((n == ${#COMPONENTS[@]})) && [[ -f "$D/kubeconfig" ]]; then
-    log "already running from $D (kubeconfig: $D/kubeconfig); 'make cluster-down' first for a fresh one"
+    log "already running from $D; 'make cluster-down' first for a fresh one"
+    echo "KUBECONFIG=$D/kubeconfig"
+    echo "source $D/env   # kubectl/helm on PATH, KUBECONFIG, ETCD_URL, KUBE_APISERVER_URL"
     return 0
   fi
   if ((n > 0)); then

@@ -93,7 +93,7 @@ build_kubernetes() {
   log "  (a cold build downloads ~1.6 GB of modules and compiles for roughly 5-15 minutes on 2 cores; warm: seconds)"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
   (cd "$E2E_DIR/k8s" && with_progress "Kubernetes $KUBE_VERSION" "$dir.tmp/build.log" \
-    go build -v -trimpath -ldflags "$ldflags" -o "$dir.tmp/bin/" \
+    go build -v -trimpath -buildvcs=false -ldflags "$ldflags" -o "$dir.tmp/bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
   "$dir.tmp/bin/kubectl" version --client 2>/dev/null | grep -q "$KUBE_VERSION" \
