@@ -17,7 +17,10 @@ set -euo pipefail
 LOG_TAG=cluster
 source "$(dirname "$0")/lib.sh"
 
-D="$TFJOB_CLUSTER_DIR"
+# Absolute, because pid ownership is checked against the path in each
+# component's command line.
+mkdir -p "$TFJOB_CLUSTER_DIR"
+D="$(cd "$TFJOB_CLUSTER_DIR" && pwd)"
 PKI="$D/pki"
 BIN="$(bin_dir)"
 # Shutdown order (reverse for start): the kubelet stand-in and the clients of
