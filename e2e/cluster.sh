@@ -317,6 +317,13 @@ EOF
 }
 
 start_kwok() {
+  # A new KWOK instance holds node Leases under a new identity; it manages a
+  # node's pods only once it holds that node's Lease. Left over from a previous
+  # KWOK (`restart kwok`), the Leases would block it until they expire (40 s).
+  local leases=()
+  local i
+  for i in $(seq 0 $((NODES - 1))); do leases+=("kwok-node-$i"); done
+  kubectl_admin -n kube-node-lease delete lease "${leases[@]}" --ignore-not-found >/dev/null
   # KWOK binds no port unless asked (no --server-address): nothing to choose.
   start_component kwok "$BIN/kwok" --kubeconfig "$D/kubeconfigs/kwok" \
     --manage-all-nodes=true --cidr 10.244.0.0/16 --node-ip 127.0.0.1 \
