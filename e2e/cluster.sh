@@ -14,7 +14,8 @@
 #   logs/       one log per component    pids/    one pid file per component
 #   data/etcd   etcd's data              ports    the ports chosen at `up`
 set -euo pipefail
-LOG_TAG=cluster
+export LOG_TAG=cluster
+# shellcheck source=e2e/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 # Absolute, because pid ownership is checked against the path in each
@@ -50,6 +51,7 @@ start_component() {
   local name="$1"
   shift
   mkdir -p "$D/logs" "$D/pids"
+  # shellcheck disable=SC2016 # $$, $0 and $@ belong to the inner shell
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$D/pids/$name.pid" "$@" \
     >>"$D/logs/$name.log" 2>&1 </dev/null &
   # The pid file is written by the child before it execs; wait for it.
