@@ -14,10 +14,14 @@
 #   logs/       one log per component    pids/    one pid file per component
 #   data/etcd   etcd's data              ports    the ports chosen at `up`
 set -euo pipefail
-LOG_TAG=cluster
+export LOG_TAG=cluster
+# shellcheck source=e2e/lib.sh
 source "$(dirname "$0")/lib.sh"
 
-D="$TFJOB_CLUSTER_DIR"
+# Absolute, because pid ownership is checked against the path in each
+# component's command line.
+mkdir -p "$TFJOB_CLUSTER_DIR"
+D="$(cd "$TFJOB_CLUSTER_DIR" && pwd)"
 PKI="$D/pki"
 BIN="$(bin_dir)"
 # Shutdown order (reverse for start): the kubelet stand-in and the clients of
@@ -47,6 +51,7 @@ start_component() {
   local name="$1"
   shift
   mkdir -p "$D/logs" "$D/pids"
+  # shellcheck disable=SC2016 # $$, $0 and $@ belong to the inner shell
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$D/pids/$name.pid" "$@" \
     >>"$D/logs/$name.log" 2>&1 </dev/null &
   # The pid file is written by the child before it execs; wait for it.
@@ -314,6 +319,13 @@ EOF
 }
 
 start_kwok() {
+  # A new KWOK instance holds node Leases under a new identity; it manages a
+  # node's pods only once it holds that node's Lease. Left over from a previous
+  # KWOK (`restart kwok`), the Leases would block it until they expire (40 s).
+  local leases=()
+  local i
+  for i in $(seq 0 $((NODES - 1))); do leases+=("kwok-node-$i"); done
+  kubectl_admin -n kube-node-lease delete lease "${leases[@]}" --ignore-not-found >/dev/null
   # KWOK binds no port unless asked (no --server-address): nothing to choose.
   start_component kwok "$BIN/kwok" --kubeconfig "$D/kubeconfigs/kwok" \
     --manage-all-nodes=true --cidr 10.244.0.0/16 --node-ip 127.0.0.1 \
@@ -373,7 +385,9 @@ cmd_up() {
   local n
   n=$(running_components)
   if ((n == ${#COMPONENTS[@]})) && [[ -f "$D/kubeconfig" ]]; then
-    log "already running from $D (kubeconfig: $D/kubeconfig); 'make cluster-down' first for a fresh one"
+    log "already running from $D; 'make cluster-down' first for a fresh one"
+    echo "KUBECONFIG=$D/kubeconfig"
+    echo "source $D/env   # kubectl/helm on PATH, KUBECONFIG, ETCD_URL, KUBE_APISERVER_URL"
     return 0
   fi
   if ((n > 0)); then

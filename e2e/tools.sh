@@ -20,7 +20,10 @@ command -v cargo >/dev/null || die "cargo is needed to fetch etcd"
 mkdir -p "$TOOLS_DIR"
 # Two `make` runs at once (two worktrees) must not build into the same place.
 exec 9>"$TOOLS_DIR/.lock"
-flock 9
+if ! flock -n 9; then
+  log "another e2e/tools.sh is building into $TOOLS_DIR: waiting for it"
+  flock 9
+fi
 
 case "$(uname -m)" in
   x86_64) etcd_arch=amd64 ;;
@@ -36,10 +39,11 @@ with_progress() {
   shift 2
   local start=$SECONDS
   "$@" >"$logfile" 2>&1 &
-  local pid=$!
+  local pid=$! next=$((start + 30))
   while kill -0 "$pid" 2>/dev/null; do
-    sleep 3
-    if (((SECONDS - start) % 30 < 3 && SECONDS - start >= 30)); then
+    sleep 2
+    if ((SECONDS >= next)); then
+      next=$((next + 30))
       log "  still building $what: $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s, $(grep -vc '^go: downloading' "$logfile" || true) packages so far"
     fi
   done
@@ -93,7 +97,7 @@ build_kubernetes() {
   log "  (a cold build downloads ~1.6 GB of modules and compiles for roughly 5-15 minutes on 2 cores; warm: seconds)"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
   (cd "$E2E_DIR/k8s" && with_progress "Kubernetes $KUBE_VERSION" "$dir.tmp/build.log" \
-    go build -v -trimpath -ldflags "$ldflags" -o "$dir.tmp/bin/" \
+    go build -v -trimpath -buildvcs=false -ldflags "$ldflags" -o "$dir.tmp/bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
   "$dir.tmp/bin/kubectl" version --client 2>/dev/null | grep -q "$KUBE_VERSION" \

@@ -6,6 +6,7 @@
 
 pub mod children;
 pub mod conditions;
+pub mod controller;
 pub mod index_set;
 pub mod metrics;
 pub mod observer;

@@ -17,11 +17,13 @@ use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::{Client, Resource};
 
 use crate::api::TFJob;
-use crate::api::constants::event;
+use crate::api::constants::{LABEL_JOB_NAME, event};
 use crate::runtime::events::EventRecorder;
 use crate::runtime::expectations::{EXPECTATIONS_TTL, Expectations};
-use crate::runtime::{CONTROLLER_UID_INDEX, Indexer, ObjectKey};
+use crate::runtime::ownership::{adopt, claim, release};
+use crate::runtime::{CONTROLLER_UID_INDEX, Indexer, Object, ObjectKey};
 
+use super::children::owner_reference;
 use super::metrics::JobMetrics;
 use super::plan::{Action, Observed, Plan, PlanConfig, plan};
 
@@ -30,9 +32,13 @@ use super::plan::{Action, Observed, Plan, PlanConfig, plan};
 /// in parallel easily.
 pub const DEFAULT_WRITE_CONCURRENCY: usize = 16;
 
+/// The index (on the Pod and Service informers) of children by job name:
+/// how orphans that match a job are found without a scan.
+pub const JOB_NAME_INDEX: &str = "job-name";
+
 /// A reconcile that did not complete; the controller retries it with backoff.
 #[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
+pub enum SyncError {
     #[error("failed to {verb} {kind} {name}")]
     Write {
         verb: &'static str,
@@ -49,13 +55,13 @@ pub enum ReconcileError {
     },
 }
 
-impl ReconcileError {
+impl SyncError {
     /// A stable label for metrics.
     pub fn category(&self) -> &'static str {
         match self {
-            ReconcileError::Write { .. } => "write",
-            ReconcileError::Status { source, .. } if is_conflict(source) => "conflict",
-            ReconcileError::Status { .. } => "status",
+            SyncError::Write { .. } => "write",
+            SyncError::Status { source, .. } if is_conflict(source) => "conflict",
+            SyncError::Status { .. } => "status",
         }
     }
 }
@@ -83,8 +89,8 @@ pub struct TfJobReconciler {
 }
 
 impl TfJobReconciler {
-    /// Reconciles the job at `key`; `Some(d)` asks to be called again after `d`.
-    pub async fn reconcile(&self, key: &ObjectKey) -> Result<Option<Duration>, ReconcileError> {
+    /// Reconciles (syncs) the job at `key`; `Some(d)` asks to be called again after `d`.
+    pub async fn sync(&self, key: &ObjectKey) -> Result<Option<Duration>, SyncError> {
         // Observe. A job gone from the cache was deleted: its children go
         // with it through garbage collection (they carry its ownerReference).
         let Some(job) = self.jobs.get(key) else {
@@ -97,9 +103,8 @@ impl TfJobReconciler {
             tracing::debug!(%key, "expectations not yet met; waiting for the cache");
             return Ok(Some(EXPECTATIONS_TTL));
         }
-        let uid = job.metadata.uid.clone().unwrap_or_default();
-        let pods = self.pods.by_index(CONTROLLER_UID_INDEX, &uid);
-        let services = self.services.by_index(CONTROLLER_UID_INDEX, &uid);
+        let pods = self.claim_children(&job, &self.pods).await?;
+        let services = self.claim_children(&job, &self.services).await?;
 
         // Plan (pure).
         let plan = plan(
@@ -130,12 +135,78 @@ impl TfJobReconciler {
         Ok(plan.requeue_after)
     }
 
-    async fn apply(
+    /// The job's children: those it controls whose labels still match, plus
+    /// matching orphans it adopts; children relabelled away are released
+    /// (client-go's `ControllerRefManager`, see [`crate::runtime::ownership`]).
+    async fn claim_children<K: Object + Resource<Scope = k8s_openapi::NamespaceResourceScope>>(
         &self,
-        key: &ObjectKey,
         job: &Arc<TFJob>,
-        plan: &Plan,
-    ) -> Result<(), ReconcileError> {
+        cache: &Indexer<K>,
+    ) -> Result<Vec<Arc<K>>, SyncError> {
+        let (Some(name), Some(namespace), Some(uid)) = (
+            job.metadata.name.as_deref(),
+            job.metadata.namespace.as_deref(),
+            job.metadata.uid.as_deref(),
+        ) else {
+            return Ok(Vec::new());
+        };
+        let mut candidates = cache.by_index(CONTROLLER_UID_INDEX, uid);
+        for obj in cache.by_index(JOB_NAME_INDEX, name) {
+            let same_ns = obj.meta().namespace.as_deref() == Some(namespace);
+            if same_ns && !candidates.iter().any(|c| c.meta().uid == obj.meta().uid) {
+                candidates.push(obj);
+            }
+        }
+        let selector = [(LABEL_JOB_NAME.to_owned(), name.to_owned())].into();
+        let claimed = claim(uid, &selector, candidates);
+        let mut owned = claimed.owned;
+        if claimed.adopt.is_empty() && claimed.release.is_empty() {
+            return Ok(owned);
+        }
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        for child in &claimed.release {
+            if let Err(e) = release(&api, child.as_ref(), uid).await
+                && !is_status(&e, 404)
+                && !is_status(&e, 409)
+            {
+                return Err(write_error(
+                    "release",
+                    "child",
+                    child_name(child.as_ref()),
+                    e,
+                ));
+            }
+        }
+        if claimed.adopt.is_empty() {
+            return Ok(owned);
+        }
+        // Adopt only into a job that really exists and is not being deleted:
+        // the cache may be behind a delete, so read the API server directly.
+        let jobs: Api<TFJob> = Api::namespaced(self.client.clone(), namespace);
+        let fresh = jobs
+            .get_opt(name)
+            .await
+            .map_err(|e| write_error("read", "tfjob", name.to_owned(), e))?;
+        let alive = fresh.is_some_and(|j| {
+            j.metadata.uid.as_deref() == Some(uid) && j.metadata.deletion_timestamp.is_none()
+        });
+        let Some(owner) = owner_reference(job).filter(|_| alive) else {
+            return Ok(owned);
+        };
+        for child in claimed.adopt {
+            match adopt(&api, child.as_ref(), &owner).await {
+                Ok(adopted) => {
+                    tracing::info!(job = %name, child = %child_name(&adopted), "adopted an orphan");
+                    owned.push(Arc::new(adopted));
+                }
+                Err(e) if is_status(&e, 404) || is_status(&e, 409) || is_status(&e, 422) => {}
+                Err(e) => return Err(write_error("adopt", "child", child_name(child.as_ref()), e)),
+            }
+        }
+        Ok(owned)
+    }
+
+    async fn apply(&self, key: &ObjectKey, job: &Arc<TFJob>, plan: &Plan) -> Result<(), SyncError> {
         let namespace = job.metadata.namespace.clone().unwrap_or_default();
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
         let services: Api<Service> = Api::namespaced(self.client.clone(), &namespace);
@@ -163,8 +234,12 @@ impl TfJobReconciler {
             self.expectations.expect_deletions(key, &deleted_uids);
         }
 
-        let results: Vec<Result<(), ReconcileError>> = futures::stream::iter(&plan.actions)
+        let writes: Vec<_> = plan
+            .actions
+            .iter()
             .map(|action| self.apply_one(key, job, action, &pods, &services, &jobs))
+            .collect();
+        let results: Vec<Result<(), SyncError>> = futures::stream::iter(writes)
             .buffer_unordered(self.write_concurrency.max(1))
             .collect()
             .await;
@@ -179,7 +254,7 @@ impl TfJobReconciler {
         pods: &Api<Pod>,
         services: &Api<Service>,
         jobs: &Api<TFJob>,
-    ) -> Result<(), ReconcileError> {
+    ) -> Result<(), SyncError> {
         let job = job.as_ref();
         match action {
             Action::CreatePod(pod) => {
@@ -337,7 +412,7 @@ impl TfJobReconciler {
         key: &ObjectKey,
         job: &Arc<TFJob>,
         plan: &Plan,
-    ) -> Result<(), ReconcileError> {
+    ) -> Result<(), SyncError> {
         if job.status.as_ref() == Some(&plan.status) {
             return Ok(());
         }
@@ -355,7 +430,7 @@ impl TfJobReconciler {
                     .record_transition(&namespace, job.status.as_ref(), &plan.status);
                 Ok(())
             }
-            Err(source) => Err(ReconcileError::Status {
+            Err(source) => Err(SyncError::Status {
                 key: key.clone(),
                 source,
             }),
@@ -363,13 +438,17 @@ impl TfJobReconciler {
     }
 }
 
+fn child_name<K: Resource>(obj: &K) -> String {
+    obj.meta().name.clone().unwrap_or_default()
+}
+
 fn write_error(
     verb: &'static str,
     kind: &'static str,
     name: String,
     source: kube::Error,
-) -> ReconcileError {
-    ReconcileError::Write {
+) -> SyncError {
+    SyncError::Write {
         verb,
         kind,
         name,

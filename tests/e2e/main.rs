@@ -18,4 +18,6 @@ mod support;
 mod examples;
 mod helm;
 mod operator;
+mod sdk;
 mod smoke;
+mod tfjob;

@@ -399,3 +399,42 @@ async fn api_server_restart_keeps_the_data_and_expires_compacted_versions_of_cac
     };
     assert_eq!(code, 410);
 }
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make e2e"]
+async fn harness_helm_installs_and_uninstalls_a_chart() {
+    let _guard = support::shared_cluster().await;
+    let client = support::client().await;
+    let ns = support::test_namespace(&client, "smoke-helm").await;
+    let chart = std::env::temp_dir().join(format!("tfjob-e2e-chart-{}", support::random_suffix()));
+    std::fs::create_dir_all(chart.join("templates")).expect("a temp chart dir");
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: smoke\nversion: 0.1.0\nkubeVersion: \">=1.33.0-0\"\n",
+    )
+    .expect("Chart.yaml");
+    std::fs::write(
+        chart.join("templates/configmap.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-cm\n\
+         data:\n  kubeVersion: {{ .Capabilities.KubeVersion.Version | quote }}\n",
+    )
+    .expect("a template");
+
+    support::run_ok(
+        support::helm()
+            .args(["install", "smoke"])
+            .arg(&chart)
+            .args(["-n", &ns, "--wait"]),
+    );
+    let maps: Api<ConfigMap> = Api::namespaced(client, &ns);
+    let cm = maps
+        .get("smoke-cm")
+        .await
+        .expect("helm created the ConfigMap");
+    // Helm asked the server for its version: the chart saw the real one.
+    let seen = cm.data.unwrap_or_default().remove("kubeVersion");
+    assert_eq!(seen.as_deref(), Some(KUBE_VERSION));
+    support::run_ok(support::helm().args(["uninstall", "smoke", "-n", &ns, "--wait"]));
+    assert!(maps.get_opt("smoke-cm").await.expect("a get").is_none());
+    std::fs::remove_dir_all(&chart).ok();
+}

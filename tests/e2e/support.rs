@@ -212,6 +212,18 @@ pub async fn test_namespace(client: &Client, prefix: &str) -> String {
     name
 }
 
+/// Deletes a test namespace (and so everything in it) without waiting for the
+/// namespace controller to finish. Optional: the suite's cluster is thrown
+/// away afterwards; useful for tests that create many objects.
+pub async fn delete_namespace(client: &Client, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    match namespaces.delete(name, &Default::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(e) => panic!("failed to delete namespace {name}: {e}"),
+    }
+}
+
 /// Polls `f` every 200 ms until it returns `Some`, and returns that value.
 /// Panics with `what` and the timeout when the deadline passes. Errors belong
 /// inside `f` (return `None` to poll again), so a transient API error during,
