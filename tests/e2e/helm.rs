@@ -27,12 +27,14 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde::Deserialize;
+use tfjob_operator::api::TFJob;
 
 use crate::examples::{apply_example, wait_condition, wait_pods_running};
 use crate::operator::{Operator, ensure_crd};
@@ -169,7 +171,12 @@ fn token_kubeconfig(namespace: &str, token: &str) -> PathBuf {
     let user = serde_yaml::to_value(serde_json::json!({ "token": token })).expect("a user");
     let users = config["users"].as_sequence_mut().expect("kubeconfig users");
     assert_eq!(users.len(), 1, "--minify leaves one user");
+    users[0]["name"] = "service-account".into();
     users[0]["user"] = user;
+    let contexts = config["contexts"]
+        .as_sequence_mut()
+        .expect("kubeconfig contexts");
+    contexts[0]["context"]["user"] = "service-account".into();
     let path = cluster_dir().join(format!("kubeconfig-{namespace}-serviceaccount"));
     std::fs::write(&path, serde_yaml::to_string(&config).expect("YAML"))
         .expect("failed to write the token kubeconfig");
@@ -410,25 +417,54 @@ async fn the_operator_running_as_the_chart_service_account_completes_an_example_
 
     let mut operator = Operator::start_with(&ns, &[], Some(kubeconfig));
     operator.wait_ready().await;
+    // Two examples between them use every verb the operator has: list/watch
+    // and status updates, Pod and Service creates, Events, the Lease, and
+    // (the TTL) deleting a TFJob.
     apply_example(&ns, "tfjob-simple.yaml");
+    apply_example(&ns, "ttl.yaml");
     let workers = ["tfjob-simple-worker-0", "tfjob-simple-worker-1"];
     wait_pods_running(&client, &ns, "tfjob-simple", &workers).await;
+    wait_pods_running(&client, &ns, "ttl", &["ttl-worker-0"]).await;
     wait_condition(&client, &ns, "tfjob-simple", "Running", "True").await;
     drive_pod_exit(&client, &ns, workers[0], Some("tensorflow"), 0).await;
+    drive_pod_exit(&client, &ns, "ttl-worker-0", Some("tensorflow"), 0).await;
     wait_condition(&client, &ns, "tfjob-simple", "Succeeded", "True").await;
+    let jobs: Api<TFJob> = Api::namespaced(client.clone(), &ns);
+    wait_until(
+        "the TTL job to be deleted by the operator",
+        Duration::from_secs(90),
+        || async { jobs.get_opt("ttl").await.ok()?.is_none().then_some(()) },
+    )
+    .await;
 
-    // Leader election ran on the chart's Role, and nothing the operator
-    // tried along the way (events included) was refused.
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(client.clone(), &ns);
+    // The operator's Events were written (the recorder retries quietly, so
+    // look for them rather than for errors in the log).
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let params = ListParams::default().fields("involvedObject.name=tfjob-simple");
+    wait_until(
+        "a SuccessfulCreatePod event for tfjob-simple",
+        Duration::from_secs(30),
+        || async {
+            let list = events.list(&params).await.ok()?;
+            let created = list
+                .items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("SuccessfulCreatePod"));
+            created.then_some(())
+        },
+    )
+    .await;
+    // Leader election ran on the chart's Role.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
     let held = leases
         .list(&ListParams::default())
         .await
         .expect("failed to list Leases");
     assert!(!held.items.is_empty(), "the operator took a Lease in {ns}");
+    // And nothing was refused along the way.
     let log = operator.log_text().to_lowercase();
     assert!(
-        !log.contains("forbidden"),
+        !log.contains("forbidden") && !log.contains("failed to write event"),
         "the chart's RBAC refused the operator something:\n{}",
         operator.log_text()
     );
