@@ -6,7 +6,9 @@
 //!
 //! What these tests must never do: edit an example before applying it (the
 //! point is that users can apply them as they are), or share a namespace or
-//! an operator between examples.
+//! an operator between examples, or run without holding
+//! `support::shared_cluster` (another test's API server restart would look
+//! like an operator bug).
 //!
 //! Mirrors: kubeflow/training-operator's `sdk/python/test/e2e/test_e2e_tfjob.py`
 //! (create a job, wait for its conditions) and the example checks of
@@ -26,7 +28,7 @@ use tokio::time::Instant;
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{
     EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, client, drive_pod_exit, kubectl, run_ok,
-    test_namespace, wait_until,
+    shared_cluster, test_namespace, wait_until,
 };
 
 /// Every example and the test below that checks its story. A new file in
@@ -162,6 +164,8 @@ async fn namespace_with_crd(prefix: &str) -> (Client, String) {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn every_example_applies_unchanged_and_is_covered_by_a_test() {
+    // No API server restarts or etcd compactions from other tests meanwhile.
+    let _cluster = shared_cluster().await;
     let (client, ns) = namespace_with_crd("examples-apply").await;
 
     let mut files: Vec<String> = std::fs::read_dir(examples_dir())
@@ -212,6 +216,8 @@ async fn every_example_applies_unchanged_and_is_covered_by_a_test() {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn two_worker_job_runs_then_succeeds_once_worker_0_exits_0() {
+    // No API server restarts or etcd compactions from other tests meanwhile.
+    let _cluster = shared_cluster().await;
     let (client, ns) = namespace_with_crd("ex-simple").await;
     let _operator = operator_for(&ns).await;
     apply_example(&ns, "tfjob-simple.yaml");
@@ -244,6 +250,8 @@ async fn two_worker_job_runs_then_succeeds_once_worker_0_exits_0() {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn dist_mnist_succeeds_with_its_chief_and_then_deletes_the_running_ps_and_workers() {
+    // No API server restarts or etcd compactions from other tests meanwhile.
+    let _cluster = shared_cluster().await;
     let (client, ns) = namespace_with_crd("ex-dist-mnist").await;
     let _operator = operator_for(&ns).await;
     apply_example(&ns, "dist-mnist.yaml");
@@ -268,6 +276,8 @@ async fn dist_mnist_succeeds_with_its_chief_and_then_deletes_the_running_ps_and_
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn multi_worker_job_succeeds_only_when_every_worker_has_and_ignores_its_evaluator() {
+    // No API server restarts or etcd compactions from other tests meanwhile.
+    let _cluster = shared_cluster().await;
     let (client, ns) = namespace_with_crd("ex-multi-worker").await;
     let _operator = operator_for(&ns).await;
     apply_example(&ns, "multi-worker-evaluator.yaml");
@@ -313,6 +323,8 @@ async fn multi_worker_job_succeeds_only_when_every_worker_has_and_ignores_its_ev
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn exit_code_job_recreates_a_worker_killed_with_137_and_still_succeeds() {
+    // No API server restarts or etcd compactions from other tests meanwhile.
+    let _cluster = shared_cluster().await;
     let (client, ns) = namespace_with_crd("ex-exit-code").await;
     let _operator = operator_for(&ns).await;
     apply_example(&ns, "exit-code-restart.yaml");
@@ -374,6 +386,8 @@ fn condition_is_not_true(conditions: &[tfjob_operator::api::JobCondition], type_
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn suspended_job_has_no_pods_until_resumed() {
+    // No API server restarts or etcd compactions from other tests meanwhile.
+    let _cluster = shared_cluster().await;
     let (client, ns) = namespace_with_crd("ex-suspended").await;
     let _operator = operator_for(&ns).await;
     apply_example(&ns, "suspended.yaml");
@@ -412,6 +426,8 @@ async fn suspended_job_has_no_pods_until_resumed() {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn ttl_job_is_deleted_with_its_pods_about_20_seconds_after_it_succeeds() {
+    // No API server restarts or etcd compactions from other tests meanwhile.
+    let _cluster = shared_cluster().await;
     let (client, ns) = namespace_with_crd("ex-ttl").await;
     let _operator = operator_for(&ns).await;
     apply_example(&ns, "ttl.yaml");

@@ -13,7 +13,9 @@
 //! (cluster-scoped RBAC outlives the test namespace; a [`Release`] guard
 //! uninstalls it), or install a second owner of the CRD (only
 //! `helm_install_creates_every_object_the_chart_renders` lets the chart
-//! install it; the others set `crd.install=false`).
+//! install it; the others set `crd.install=false`). Each holds
+//! `support::shared_cluster` throughout, so no other test restarts the API
+//! server under it.
 //!
 //! Mirrors: helm/chart-testing's `ct install` (install, wait, test,
 //! uninstall) and the RBAC checks of kubernetes/kubernetes
@@ -40,7 +42,7 @@ use crate::examples::{apply_example, wait_condition, wait_pods_running};
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{
     KUBE_VERSION, client, client_with_token, cluster_dir, drive_pod_exit, helm, kubectl,
-    random_suffix, run_ok, test_namespace, wait_until,
+    random_suffix, run_ok, shared_cluster, test_namespace, wait_until,
 };
 
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/tfjob-operator");
@@ -237,6 +239,8 @@ async fn exec_status(client: &Client, namespace: &str, pod: &str) -> u16 {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn helm_install_creates_every_object_the_chart_renders() {
+    // No API server restarts or etcd compactions from other tests meanwhile.
+    let _cluster = shared_cluster().await;
     let client = client().await;
     let ns = test_namespace(&client, "helm-install").await;
     // Enforce the restricted Pod Security Standard: the API server refuses
@@ -335,6 +339,8 @@ async fn helm_install_creates_every_object_the_chart_renders() {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn chart_values_files_render_objects_the_api_server_accepts() {
+    // No API server restarts or etcd compactions from other tests meanwhile.
+    let _cluster = shared_cluster().await;
     let client = client().await;
     ensure_crd(&client).await;
     let ns = test_namespace(&client, "helm-values").await;
@@ -403,6 +409,8 @@ async fn chart_values_files_render_objects_the_api_server_accepts() {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn the_operator_running_as_the_chart_service_account_completes_an_example_job() {
+    // No API server restarts or etcd compactions from other tests meanwhile.
+    let _cluster = shared_cluster().await;
     let client = client().await;
     ensure_crd(&client).await;
     let ns = test_namespace(&client, "helm-sa-run").await;
@@ -473,6 +481,8 @@ async fn the_operator_running_as_the_chart_service_account_completes_an_example_
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn the_chart_service_account_may_do_what_the_operator_needs_and_nothing_more() {
+    // No API server restarts or etcd compactions from other tests meanwhile.
+    let _cluster = shared_cluster().await;
     let admin = client().await;
     ensure_crd(&admin).await;
     let ns = test_namespace(&admin, "helm-sa-rbac").await;
@@ -579,6 +589,8 @@ async fn the_chart_service_account_may_do_what_the_operator_needs_and_nothing_mo
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn a_single_namespace_install_grants_nothing_outside_the_watched_namespace() {
+    // No API server restarts or etcd compactions from other tests meanwhile.
+    let _cluster = shared_cluster().await;
     let admin = client().await;
     ensure_crd(&admin).await;
     let operator_ns = test_namespace(&admin, "helm-ns-op").await;
