@@ -84,6 +84,19 @@ pub enum Delta<K> {
 }
 
 impl<K> Delta<K> {
+    /// The delta's type, as client-go names it (for logs).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Delta::Added(_) => "Added",
+            Delta::Updated(_) => "Updated",
+            Delta::Deleted(_) => "Deleted",
+            Delta::Replaced(_) => "Replaced",
+            Delta::Sync(_) => "Sync",
+        }
+    }
+}
+
+impl<K> Delta<K> {
     /// The object the delta carries.
     pub fn object(&self) -> &Arc<K> {
         match self {
@@ -223,7 +236,9 @@ impl<K: Object> DeltaFifo<K> {
             tracing::warn!("ignoring an object without a name");
             return;
         };
-        self.lock().queue_action(key, make(obj));
+        let delta = make(obj);
+        tracing::debug!(target: "pipeline", stage = "2 delta_fifo", kind = %K::kind(&()), key = %key, delta = delta.name(), "delta queued");
+        self.lock().queue_action(key, delta);
         self.notify.notify_waiters();
     }
 

@@ -32,6 +32,9 @@ use super::plan::{Action, Observed, Plan, PlanConfig, plan};
 /// in parallel easily.
 pub const DEFAULT_WRITE_CONCURRENCY: usize = 16;
 
+/// After a status-write conflict, look again this soon even if no event comes.
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+
 /// The index (on the Pod and Service informers) of children by job name:
 /// how orphans that match a job are found without a scan.
 pub const JOB_NAME_INDEX: &str = "job-name";
@@ -119,6 +122,17 @@ impl TfJobReconciler {
         if !plan.manage {
             return Ok(None);
         }
+        tracing::debug!(
+            target: "pipeline",
+            stage = "6 reconcile",
+            key = %key,
+            pods = pods.len(),
+            services = services.len(),
+            writes = plan.actions.len(),
+            status_changed = job.status.as_ref() != Some(&plan.status),
+            requeue_after = ?plan.requeue_after,
+            "observed the cache, planned"
+        );
 
         // Apply, then write status. Events first: they explain the writes.
         for e in &plan.events {
@@ -130,7 +144,18 @@ impl TfJobReconciler {
             );
         }
         let applied = self.apply(key, &job, &plan).await;
-        self.write_status(key, &job, &plan).await?;
+        match self.write_status(key, &job, &plan).await {
+            // Our cached copy was older than the server's: the watch event
+            // for the newer version is on its way and will enqueue the job
+            // again, so this is not an error worth a backoff. The short
+            // requeue is only a safety net.
+            Err(SyncError::Status { source, .. }) if is_conflict(&source) => {
+                tracing::debug!(%key, "status changed since it was cached; waiting for the newer version");
+                applied?;
+                return Ok(Some(CONFLICT_RETRY));
+            }
+            other => other?,
+        }
         applied?;
         Ok(plan.requeue_after)
     }
