@@ -250,7 +250,7 @@ async fn exit_code_137_restarts_then_fails_past_the_backoff_limit() {
     let old_uid = uid_of(&first, "b-worker-1");
 
     // First 137: re-created under the same name (a new UID), one restart counted.
-    env.exit("b-worker-1", 137).await;
+    env.exit_no_wait("b-worker-1", 137).await;
     wait_until("b-worker-1 to be re-created and running", SLOW, || async {
         let pods = env.job_pods("b").await;
         let new = pods
@@ -273,7 +273,7 @@ async fn exit_code_137_restarts_then_fails_past_the_backoff_limit() {
     assert!(!condition_types(&restarted).contains(&("Failed".into(), "True".into())));
 
     // Second 137: past backoffLimit 1, the job fails and nothing is re-created.
-    env.exit("b-worker-1", 137).await;
+    env.exit_no_wait("b-worker-1", 137).await;
     let failed = env.wait_condition("b", "Failed", SLOW).await;
     let msg = failed
         .status
