@@ -732,3 +732,47 @@ fn kubectl_apply(ns: &str, manifest: &serde_json::Value, should_succeed: bool) -
     );
     stderr
 }
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make e2e"]
+async fn job_metrics_count_each_job_once_even_across_operator_restarts() {
+    let mut env = Env::new("tfjob-metrics").await;
+    env.create(TfJobFixture::new("m").workers(2)).await;
+    env.wait_running_pods("m", 2).await;
+    env.wait_condition("m", "Running", SLOW).await;
+    let created = format!(
+        "training_operator_jobs_created_total{{job_namespace=\"{}\",framework=\"tensorflow\"}} 1",
+        env.ns
+    );
+    let metrics = env.operator.metrics();
+    assert!(metrics.contains(&created), "{metrics}");
+    assert!(metrics.contains("workqueue_adds_total"), "{metrics}");
+    assert!(
+        metrics.contains("controller_runtime_reconcile_total"),
+        "{metrics}"
+    );
+
+    // A new operator process relists the job: it must not count it again.
+    env.operator.kill();
+    let mut second = Operator::start_with(&env.ns, &["--leader-elect=false"], None);
+    second.wait_ready().await;
+    env.exit("m-worker-0", 0).await;
+    env.wait_condition("m", "Succeeded", SLOW).await;
+    let successful = format!(
+        "training_operator_jobs_successful_total{{job_namespace=\"{}\",framework=\"tensorflow\"}} 1",
+        env.ns
+    );
+    let metrics = wait_until("the success to be counted", SLOW, || async {
+        let m = second.metrics();
+        m.contains(&successful).then_some(m)
+    })
+    .await;
+    assert!(
+        !metrics.contains("training_operator_jobs_created_total{"),
+        "the restarted operator re-counted the job as created:\n{metrics}"
+    );
+    assert!(
+        metrics.contains("training_operator_job_duration_seconds_count"),
+        "{metrics}"
+    );
+}
