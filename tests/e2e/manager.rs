@@ -46,6 +46,31 @@ impl Leadership {
     }
 }
 
+/// Present in [`Leadership::current`] for as long as it lives.
+struct Leading {
+    seen: Arc<Leadership>,
+    me: String,
+}
+
+impl Leading {
+    fn start(seen: Arc<Leadership>, me: String) -> Self {
+        {
+            let mut current = seen.current.lock().unwrap();
+            current.push(me.clone());
+            seen.max_at_once.fetch_max(current.len(), Ordering::SeqCst);
+        }
+        Self { seen, me }
+    }
+}
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        if let Ok(mut current) = self.seen.current.lock() {
+            current.retain(|id| id != &self.me);
+        }
+    }
+}
+
 struct Candidate {
     identity: String,
     stop: CancellationToken,
@@ -84,13 +109,9 @@ fn start_candidate(
         "controller",
         true,
         move |token: CancellationToken| async move {
-            {
-                let mut current = seen.current.lock().unwrap();
-                current.push(me.clone());
-                seen.max_at_once.fetch_max(current.len(), Ordering::SeqCst);
-            }
+            // Dropped when the task ends or is aborted (a lost lease aborts).
+            let _leading = Leading::start(seen, me);
             token.cancelled().await;
-            seen.current.lock().unwrap().retain(|id| id != &me);
             Ok::<(), BoxError>(())
         },
     );
