@@ -19,7 +19,7 @@ use kube::api::{Api, ListParams, PostParams};
 use tfjob_operator::runtime::events::{EventRecorderConfig, event_recorder};
 use tfjob_operator::runtime::leader_election::LeaderElectionConfig;
 use tfjob_operator::runtime::manager::{BoxError, Manager, ManagerConfig, ManagerError};
-use tfjob_operator::runtime::metrics::new_registry;
+use tfjob_operator::runtime::metrics::{SharedRegistry, encode, new_registry};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -73,6 +73,7 @@ impl Drop for Leading {
 
 struct Candidate {
     identity: String,
+    registry: SharedRegistry,
     stop: CancellationToken,
     run: JoinHandle<Result<(), ManagerError>>,
 }
@@ -118,6 +119,7 @@ fn start_candidate(
     let stop = manager.shutdown_token();
     Candidate {
         identity,
+        registry: manager.registry(),
         stop,
         run: tokio::spawn(manager.run()),
     }
@@ -157,6 +159,14 @@ async fn one_leader_at_a_time_and_a_released_lease_fails_over_quickly() {
     tokio::time::sleep(LEASE + RETRY).await;
     assert_eq!(seen.leaders(), vec!["a".to_owned()]);
     assert_eq!(holder(&client, &ns, lease).await.as_deref(), Some("a"));
+    let status = |c: &Candidate| {
+        let text = encode(&c.registry);
+        text.lines()
+            .find(|l| l.starts_with("leader_election_master_status{"))
+            .map(|l| l.ends_with(" 1"))
+    };
+    assert_eq!(status(&a), Some(true), "a reports itself leader");
+    assert_eq!(status(&b), Some(false), "b reports itself not leader");
 
     // A clean stop releases the Lease, so b need not wait out the lease duration.
     let stopped = Instant::now();
