@@ -15,6 +15,7 @@
 
 mod support;
 
+mod manager;
 mod operator;
 mod sdk;
 mod smoke;
