@@ -84,19 +84,6 @@ pub enum Delta<K> {
 }
 
 impl<K> Delta<K> {
-    /// The delta's type, as client-go names it (for logs).
-    pub fn name(&self) -> &'static str {
-        match self {
-            Delta::Added(_) => "Added",
-            Delta::Updated(_) => "Updated",
-            Delta::Deleted(_) => "Deleted",
-            Delta::Replaced(_) => "Replaced",
-            Delta::Sync(_) => "Sync",
-        }
-    }
-}
-
-impl<K> Delta<K> {
     /// The object the delta carries.
     pub fn object(&self) -> &Arc<K> {
         match self {
@@ -237,7 +224,7 @@ impl<K: Object> DeltaFifo<K> {
             return;
         };
         let delta = make(obj);
-        tracing::debug!(target: "pipeline", stage = "2 delta_fifo", kind = %K::kind(&()), key = %key, delta = delta.name(), "delta queued");
+        tracing::debug!(target: "pipeline", stage = "2 delta_fifo", kind = %K::kind(&()), key = %key, delta = delta.kind(), "delta queued");
         self.lock().queue_action(key, delta);
         self.notify.notify_waiters();
     }
@@ -264,6 +251,7 @@ impl<K: Object> DeltaFifo<K> {
             if !state.items.contains_key(&key) && !self.known.contains_key(&key) {
                 return;
             }
+            tracing::debug!(target: "pipeline", stage = "2 delta_fifo", kind = %K::kind(&()), key = %key, delta = "Deleted", "delta queued");
             state.queue_action(key, Delta::Deleted(DeletedObject::Deleted(obj)));
         }
         self.notify.notify_waiters();
@@ -273,6 +261,7 @@ impl<K: Object> DeltaFifo<K> {
     /// a `FinalStateUnknown` tombstone for every key that is cached or queued
     /// but absent from the list (client-go `Replace`).
     pub fn replace(&self, list: Vec<Arc<K>>) {
+        tracing::debug!(target: "pipeline", stage = "2 delta_fifo", kind = %K::kind(&()), objects = list.len(), "relist: Replaced for each listed object, a tombstone for each vanished key");
         let mut state = self.lock();
         let mut listed = HashSet::with_capacity(list.len());
         for obj in list {

@@ -429,6 +429,7 @@ impl<K: Object> Reflector<K> {
                         .get(INITIAL_EVENTS_END_ANNOTATION)
                         .is_some_and(|v| v == "true");
                     if ends {
+                        tracing::debug!(target: "pipeline", stage = "1 reflector", kind = %K::kind(&()), objects = objects.len(), rv = %b.metadata.resource_version, "streaming LIST (WatchList) done: replacing the FIFO's contents");
                         self.fifo.replace(std::mem::take(&mut objects));
                         self.status
                             .set_resource_version(&b.metadata.resource_version);

@@ -162,7 +162,7 @@ impl TfJobReconciler {
 
     /// The job's children: those it controls whose labels still match, plus
     /// matching orphans it adopts; children relabelled away are released
-    /// (client-go's `ControllerRefManager`, see [`crate::runtime::ownership`]).
+    /// (kubernetes/kubernetes' `ControllerRefManager`, see [`crate::runtime::ownership`]).
     async fn claim_children<K: Object + Resource<Scope = k8s_openapi::NamespaceResourceScope>>(
         &self,
         job: &Arc<TFJob>,
@@ -221,7 +221,7 @@ impl TfJobReconciler {
         for child in claimed.adopt {
             match adopt(&api, child.as_ref(), &owner).await {
                 Ok(adopted) => {
-                    tracing::info!(job = %name, child = %child_name(&adopted), "adopted an orphan");
+                    tracing::info!(job = %name, kind = %K::kind(&()), child = %child_name(&adopted), "adopted an orphan");
                     owned.push(Arc::new(adopted));
                 }
                 Err(e) if is_status(&e, 404) || is_status(&e, 409) || is_status(&e, 422) => {}
