@@ -17,6 +17,7 @@ mod support;
 
 mod examples;
 mod helm;
+mod manager;
 mod operator;
 mod sdk;
 mod smoke;
