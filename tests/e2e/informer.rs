@@ -19,8 +19,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchParams};
 use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchParams};
 use tfjob_operator::runtime::informer::InformerConfig;
 use tfjob_operator::runtime::reflector::{ApiListWatch, ListWatch, RawList, RawWatchStream};
 use tfjob_operator::runtime::{
@@ -268,7 +268,10 @@ async fn deletes_made_while_the_watch_was_down_and_etcd_compacted_arrive_as_tomb
         deleted,
         "they arrived as tombstones of a relist"
     );
-    assert!(informer.reflector_status().lists() > lists_before, "it relisted");
+    assert!(
+        informer.reflector_status().lists() > lists_before,
+        "it relisted"
+    );
     shutdown.cancel();
 }
 
@@ -299,9 +302,11 @@ async fn the_informer_survives_an_apiserver_restart_without_losing_a_delete() {
     // refused connections: these deletes happen while its watch is down.
     let deleted: BTreeSet<String> = (0..40).step_by(4).map(|i| format!("cm-{i}")).collect();
     let api_after: Api<ConfigMap> = Api::namespaced(support::client().await, &ns);
-    wait_until("the API server to answer", Duration::from_secs(30), || async {
-        api_after.list(&ListParams::default().limit(1)).await.ok()
-    })
+    wait_until(
+        "the API server to answer",
+        Duration::from_secs(30),
+        || async { api_after.list(&ListParams::default().limit(1)).await.ok() },
+    )
     .await;
     delete_many(&api_after, deleted.iter().cloned()).await;
 
@@ -353,6 +358,10 @@ async fn bookmarks_advance_the_resource_version_without_any_event() {
     .await;
     assert!(advanced > start);
     assert!(informer.indexer().is_empty(), "bookmarks add no objects");
-    assert_eq!(informer.reflector_status().lists(), 1, "no relist was needed");
+    assert_eq!(
+        informer.reflector_status().lists(),
+        1,
+        "no relist was needed"
+    );
     shutdown.cancel();
 }
