@@ -69,6 +69,8 @@ pub enum ReflectorError {
         "failed to finish a streaming list: the watch ended before the initial-events-end bookmark"
     )]
     StreamingListIncomplete,
+    #[error("failed to watch: the server closed the watch at once without any event")]
+    VeryShortWatch,
 }
 
 impl ReflectorError {
@@ -80,6 +82,7 @@ impl ReflectorError {
             Self::Watch(_) => "watch",
             Self::WatchEvent(_) => "watch_event",
             Self::StreamingListIncomplete => "streaming_list",
+            Self::VeryShortWatch => "very_short_watch",
         }
     }
 
@@ -463,6 +466,9 @@ impl<K: Object> Reflector<K> {
     async fn consume(&self, mut state: WatchStreamState) -> WatchEnd {
         loop {
             let event = match state.next().await {
+                None if state.ended_suspiciously_early() => {
+                    return WatchEnd::Failed(ReflectorError::VeryShortWatch);
+                }
                 None => return WatchEnd::Closed,
                 Some(Err(e)) if is_decode_error(&e) => {
                     self.count_bad_line(&e);
@@ -507,22 +513,36 @@ fn is_decode_error(error: &kube::Error) -> bool {
 /// presumed dead (a half-open TCP connection sends nothing, forever).
 struct WatchStreamState {
     stream: RawWatchStream,
+    opened: tokio::time::Instant,
     deadline: tokio::time::Instant,
+    events: u64,
 }
 
 impl WatchStreamState {
     fn new(stream: RawWatchStream, timeout: Duration) -> Self {
+        let opened = tokio::time::Instant::now();
         Self {
             stream,
-            deadline: tokio::time::Instant::now() + timeout + Duration::from_secs(30),
+            opened,
+            deadline: opened + timeout + Duration::from_secs(30),
+            events: 0,
         }
     }
 
     async fn next(&mut self) -> Option<Result<WatchEvent<Value>, kube::Error>> {
-        tokio::time::timeout_at(self.deadline, self.stream.next())
+        let next = tokio::time::timeout_at(self.deadline, self.stream.next())
             .await
             .ok()
-            .flatten()
+            .flatten();
+        self.events += u64::from(next.is_some());
+        next
+    }
+
+    /// Closed within a second without a single event: not a normal server
+    /// timeout but a server or proxy refusing to hold the watch. Re-opening
+    /// at once would spin (client-go's "very short watch" check).
+    fn ended_suspiciously_early(&self) -> bool {
+        self.events == 0 && self.opened.elapsed() < Duration::from_secs(1)
     }
 }
 
@@ -700,6 +720,20 @@ mod tests {
         settle(0.001).await;
         let rvs: Vec<String> = r.lw.watch_calls().into_iter().map(|(_, rv)| rv).collect();
         assert_eq!(rvs, ["5", "6"]);
+        assert_eq!(r.lw.list_calls().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_closed_at_once_without_events_is_retried_after_a_backoff() {
+        let lw = ScriptedListWatch::new()
+            .list(Ok(page(vec![], "5", None)))
+            .watch(closing(vec![]))
+            .watch(open(vec![]));
+        let r = start(lw, paginated());
+        settle(0.7).await;
+        assert_eq!(r.lw.watch_calls().len(), 1);
+        settle(1.0).await;
+        assert_eq!(r.lw.watch_calls().len(), 2);
         assert_eq!(r.lw.list_calls().len(), 1);
     }
 
