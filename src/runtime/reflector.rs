@@ -318,7 +318,8 @@ impl<K: Object> Reflector<K> {
         } else {
             min
         };
-        let mut wp = WatchParams::default().timeout(timeout.as_secs().max(1) as u32);
+        let mut wp = WatchParams::default()
+            .timeout(u32::try_from(timeout.as_secs().max(1)).unwrap_or(u32::MAX));
         wp.label_selector = self.config.label_selector.clone();
         wp.field_selector = self.config.field_selector.clone();
         (wp, timeout)
@@ -356,12 +357,13 @@ impl<K: Object> Reflector<K> {
         if self.streaming_list {
             match self.streaming_list().await {
                 Ok(stream) => return Ok(Some(stream)),
+                // Throttled: honour Retry-After rather than list at once.
+                Err(e) if e.retry_after().is_some() => return Err(e),
                 Err(e) => {
                     // A server without WatchList refuses the parameters with a
                     // 4xx; stop asking. Anything else: fall back just this time.
-                    let refused = e.status().is_some_and(|s| (400..500).contains(&s.code))
-                        && !e.is_expired()
-                        && e.retry_after().is_none();
+                    let refused =
+                        e.status().is_some_and(|s| (400..500).contains(&s.code)) && !e.is_expired();
                     if refused || matches!(e, ReflectorError::StreamingListIncomplete) {
                         self.streaming_list = false;
                     }
