@@ -3,14 +3,24 @@
 //! Everything here is generic over any `kube::Resource`; nothing here may import
 //! `crate::api` or `crate::tfjob`.
 
+pub mod client;
+pub mod controller;
 pub mod delta_fifo;
+pub mod events;
+pub mod expectations;
 pub mod factory;
+pub mod handler;
 pub mod informer;
 pub mod key;
+pub mod leader_election;
+pub mod manager;
 pub mod metrics;
 pub mod object;
+pub mod ownership;
 pub mod reflector;
+pub mod server;
 pub mod store;
+pub mod workqueue;
 
 pub use delta_fifo::{Delta, DeltaFifo, Deltas};
 pub use factory::{InformerFactory, WatchConfig};

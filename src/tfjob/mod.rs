@@ -1,1 +1,17 @@
 //! The TFJob controller: observe → plan → apply → status.
+//!
+//! Mirrors Kubeflow training-operator's `pkg/controller.v1/tensorflow` and the
+//! shared engine under `pkg/controller.v1/common`, with its known bugs fixed
+//! (see `docs/` and the README).
+
+pub mod children;
+pub mod conditions;
+pub mod controller;
+pub mod index_set;
+pub mod metrics;
+pub mod observer;
+pub mod plan;
+#[cfg(test)]
+mod plan_tests;
+pub mod reconcile;
+pub mod tf_config;

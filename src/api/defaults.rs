@@ -1,0 +1,288 @@
+//! Defaulting and the checks the CRD schema cannot express.
+//!
+//! Kubeflow applies defaults in memory on every reconcile (it has no mutating
+//! webhook, so the stored spec is never defaulted); we do the same, producing
+//! a [`JobSpec`] with every optional value resolved and replica keys
+//! normalised (`ps` → `PS`). The CRD's schema and CEL rules refuse bad
+//! manifests at `kubectl apply`; [`normalize`] re-checks what matters so that
+//! a job stored before the CRD was installed, or by a CRD that is not ours,
+//! becomes a clear `Failed` condition instead of a retry loop.
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ContainerPort, PodTemplateSpec};
+
+use super::constants::{
+    DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, MANAGED_BY_THIS_OPERATOR, ReplicaType,
+};
+use super::types::{CleanPodPolicy, RestartPolicy, SuccessPolicy, TFJobSpec};
+
+/// The longest a child name (`{job}-{type}-{index}`) may be: a DNS-1035 label.
+pub const MAX_CHILD_NAME_LEN: usize = 63;
+
+/// A spec that cannot run, with the field at fault and how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct SpecError {
+    /// The JSON path of the field, e.g. `spec.tfReplicaSpecs[Worker].replicas`.
+    pub field: String,
+    /// What is wrong and what to do about it.
+    pub problem: String,
+}
+
+fn spec_error(field: impl Into<String>, problem: impl Into<String>) -> SpecError {
+    SpecError {
+        field: field.into(),
+        problem: problem.into(),
+    }
+}
+
+/// One replica type with every default applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replica {
+    pub replicas: i32,
+    pub restart_policy: RestartPolicy,
+    /// The template with the `tfjob-port` port added when missing.
+    pub template: PodTemplateSpec,
+    /// The `tfjob-port` container port (default 2222).
+    pub port: i32,
+}
+
+/// A TFJob spec with every default applied and keys normalised.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    pub replicas: BTreeMap<ReplicaType, Replica>,
+    pub clean_pod_policy: CleanPodPolicy,
+    pub success_policy: SuccessPolicy,
+    pub ttl_seconds_after_finished: Option<i32>,
+    pub active_deadline_seconds: Option<i64>,
+    pub backoff_limit: Option<i32>,
+    pub suspend: bool,
+    pub enable_dynamic_worker: bool,
+}
+
+impl JobSpec {
+    /// The Chief or Master, if the job has one.
+    pub fn chief_type(&self) -> Option<ReplicaType> {
+        self.replicas.keys().copied().find(|t| t.is_chief())
+    }
+
+    /// Total replicas over every type.
+    pub fn total_replicas(&self) -> i32 {
+        self.replicas.values().map(|r| r.replicas).sum()
+    }
+}
+
+/// Whether this operator should reconcile a job with this `managedBy`.
+pub fn is_managed_here(managed_by: Option<&str>) -> bool {
+    matches!(managed_by, None | Some(MANAGED_BY_THIS_OPERATOR))
+}
+
+/// Applies Kubeflow's defaults and checks what the schema cannot.
+pub fn normalize(job_name: &str, spec: &TFJobSpec) -> Result<JobSpec, SpecError> {
+    let mut replicas = BTreeMap::new();
+    if spec.tf_replica_specs.is_empty() {
+        return Err(spec_error(
+            "spec.tfReplicaSpecs",
+            "must list at least one replica type (Chief, Master, Worker, PS or Evaluator)",
+        ));
+    }
+    for (key, rs) in &spec.tf_replica_specs {
+        let field = format!("spec.tfReplicaSpecs[{key}]");
+        let rtype = ReplicaType::parse(key).ok_or_else(|| {
+            spec_error(
+                &field,
+                format!("unknown replica type {key:?}: use Chief, Master, Worker, PS or Evaluator"),
+            )
+        })?;
+        let count = rs.replicas.unwrap_or(1);
+        if count < 0 {
+            return Err(spec_error(
+                format!("{field}.replicas"),
+                format!("must be 0 or more, got {count}"),
+            ));
+        }
+        let mut template = rs.template.clone();
+        let port = ensure_port(&mut template)
+            .map_err(|problem| spec_error(format!("{field}.template.spec.containers"), problem))?;
+        let replica = Replica {
+            replicas: count,
+            restart_policy: rs.restart_policy.unwrap_or(RestartPolicy::Never),
+            template,
+            port,
+        };
+        if replicas.insert(rtype, replica).is_some() {
+            return Err(spec_error(
+                &field,
+                format!("{rtype} is listed twice (keys are case-insensitive): keep one"),
+            ));
+        }
+        check_child_name_length(job_name, rtype, count)?;
+    }
+    if replicas.contains_key(&ReplicaType::Chief) && replicas.contains_key(&ReplicaType::Master) {
+        return Err(spec_error(
+            "spec.tfReplicaSpecs",
+            "has both Chief and Master: Master is the legacy name of Chief, keep one",
+        ));
+    }
+    let rp = &spec.run_policy;
+    Ok(JobSpec {
+        replicas,
+        clean_pod_policy: rp.clean_pod_policy.unwrap_or(CleanPodPolicy::None),
+        success_policy: spec.success_policy.unwrap_or(SuccessPolicy::Default),
+        ttl_seconds_after_finished: rp.ttl_seconds_after_finished,
+        active_deadline_seconds: rp.active_deadline_seconds,
+        backoff_limit: rp.backoff_limit,
+        suspend: rp.suspend.unwrap_or(false),
+        enable_dynamic_worker: spec.enable_dynamic_worker,
+    })
+}
+
+/// The index of the container that gets TF_CONFIG: `tensorflow`, else the first.
+pub fn tensorflow_container_index(template: &PodTemplateSpec) -> Option<usize> {
+    let containers = &template.spec.as_ref()?.containers;
+    if containers.is_empty() {
+        return None;
+    }
+    Some(
+        containers
+            .iter()
+            .position(|c| c.name == DEFAULT_CONTAINER_NAME)
+            .unwrap_or(0),
+    )
+}
+
+/// Adds the `tfjob-port` port to the TensorFlow container unless present, and
+/// returns its number (Kubeflow's `setDefaultPort`).
+fn ensure_port(template: &mut PodTemplateSpec) -> Result<i32, String> {
+    let index = tensorflow_container_index(template)
+        .ok_or_else(|| format!("needs at least one container, named {DEFAULT_CONTAINER_NAME:?}"))?;
+    let Some(spec) = template.spec.as_mut() else {
+        return Err("needs a pod spec".into());
+    };
+    let container = &mut spec.containers[index];
+    let ports = container.ports.get_or_insert_with(Vec::new);
+    if let Some(p) = ports
+        .iter()
+        .find(|p| p.name.as_deref() == Some(DEFAULT_PORT_NAME))
+    {
+        return Ok(p.container_port);
+    }
+    ports.push(ContainerPort {
+        name: Some(DEFAULT_PORT_NAME.into()),
+        container_port: DEFAULT_PORT,
+        ..ContainerPort::default()
+    });
+    Ok(DEFAULT_PORT)
+}
+
+/// Child names are `{job}-{type}-{index}` and must fit a DNS-1035 label.
+fn check_child_name_length(job: &str, rtype: ReplicaType, count: i32) -> Result<(), SpecError> {
+    let highest = count.saturating_sub(1).max(0);
+    let longest = format!("{job}-{}-{highest}", rtype.lower());
+    if longest.len() > MAX_CHILD_NAME_LEN {
+        return Err(spec_error(
+            "metadata.name",
+            format!(
+                "is too long: child name {longest:?} has {} characters, the limit is {MAX_CHILD_NAME_LEN}; shorten the TFJob name",
+                longest.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::fixtures::TfJobFixture;
+
+    #[test]
+    fn defaults_match_kubeflow() {
+        let job = TfJobFixture::new("mnist").workers(2).build();
+        let spec = normalize("mnist", &job.spec).unwrap();
+        assert_eq!(spec.clean_pod_policy, CleanPodPolicy::None);
+        assert_eq!(spec.success_policy, SuccessPolicy::Default);
+        assert!(!spec.suspend);
+        let worker = &spec.replicas[&ReplicaType::Worker];
+        assert_eq!(worker.replicas, 2);
+        assert_eq!(worker.restart_policy, RestartPolicy::Never);
+        assert_eq!(worker.port, 2222);
+        let ports = worker.template.spec.as_ref().unwrap().containers[0]
+            .ports
+            .as_ref()
+            .unwrap();
+        assert_eq!(ports[0].name.as_deref(), Some("tfjob-port"));
+    }
+
+    #[test]
+    fn replica_count_defaults_to_one() {
+        let mut job = TfJobFixture::new("j").workers(3).build();
+        job.spec
+            .tf_replica_specs
+            .get_mut("Worker")
+            .unwrap()
+            .replicas = None;
+        let spec = normalize("j", &job.spec).unwrap();
+        assert_eq!(spec.replicas[&ReplicaType::Worker].replicas, 1);
+    }
+
+    #[test]
+    fn lowercase_keys_are_normalised() {
+        let mut job = TfJobFixture::new("j").ps(1).build();
+        let ps = job.spec.tf_replica_specs.remove("PS").unwrap();
+        job.spec.tf_replica_specs.insert("ps".into(), ps);
+        let spec = normalize("j", &job.spec).unwrap();
+        assert!(spec.replicas.contains_key(&ReplicaType::PS));
+    }
+
+    #[test]
+    fn an_existing_tfjob_port_is_kept_and_used() {
+        let job = TfJobFixture::new("j").workers(1).port(3333).build();
+        let spec = normalize("j", &job.spec).unwrap();
+        let worker = &spec.replicas[&ReplicaType::Worker];
+        assert_eq!(worker.port, 3333);
+        let ports = worker.template.spec.as_ref().unwrap().containers[0]
+            .ports
+            .as_ref()
+            .unwrap();
+        assert_eq!(ports.len(), 1);
+    }
+
+    #[test]
+    fn unknown_replica_type_names_the_key_and_the_fix() {
+        let mut job = TfJobFixture::new("j").workers(1).build();
+        let w = job.spec.tf_replica_specs["Worker"].clone();
+        job.spec.tf_replica_specs.insert("Launcher".into(), w);
+        let err = normalize("j", &job.spec).unwrap_err();
+        assert_eq!(err.field, "spec.tfReplicaSpecs[Launcher]");
+        assert!(
+            err.problem
+                .contains("use Chief, Master, Worker, PS or Evaluator")
+        );
+    }
+
+    #[test]
+    fn chief_and_master_together_are_refused() {
+        let job = TfJobFixture::new("j").chief(1).master(1).build();
+        let err = normalize("j", &job.spec).unwrap_err();
+        assert!(err.problem.contains("keep one"), "{err}");
+    }
+
+    #[test]
+    fn a_name_whose_children_exceed_63_characters_is_refused() {
+        let name = "a".repeat(52); // 52 + "-evaluator-0" = 64
+        let job = TfJobFixture::new(&name).evaluators(1).build();
+        let err = normalize(&name, &job.spec).unwrap_err();
+        assert_eq!(err.field, "metadata.name");
+        assert!(err.problem.contains("shorten the TFJob name"));
+        let ok = "a".repeat(51); // 51 + "-evaluator-0" = 63
+        assert!(normalize(&ok, &TfJobFixture::new(&ok).evaluators(1).build().spec).is_ok());
+    }
+
+    #[test]
+    fn only_unset_or_training_operator_managed_by_is_ours() {
+        assert!(is_managed_here(None));
+        assert!(is_managed_here(Some("kubeflow.org/training-operator")));
+        assert!(!is_managed_here(Some("kueue.x-k8s.io/multikueue")));
+    }
+}

@@ -1,0 +1,244 @@
+//! The TFJob resource, field for field as Kubeflow's `kubeflow.org/v1`
+//! (`training-operator` `pkg/apis/kubeflow.org/v1/{tensorflow,common}_types.go`).
+//!
+//! JSON names, optionality and value sets match Kubeflow exactly, so a manifest
+//! written for Kubeflow applies unchanged and tools that read TFJob status
+//! (kubectl, the `kubeflow-training` Python SDK) read ours unchanged. Our one
+//! addition is `status.observedGeneration` plus a `restarts` counter per
+//! replica type (needed to honour `backoffLimit` across operator restarts);
+//! clients that do not know them ignore them.
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// TFJobSpec is the desired state of a distributed TensorFlow training job.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "kubeflow.org",
+    version = "v1",
+    kind = "TFJob",
+    plural = "tfjobs",
+    shortname = "tfjob",
+    namespaced,
+    status = "TFJobStatus",
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.conditions[-1:].type","description":"The latest condition of the job"}"#,
+    printcolumn = r#"{"name":"Active","type":"integer","jsonPath":".status.replicaStatuses.Worker.active","description":"Running Worker replicas"}"#,
+    printcolumn = r#"{"name":"Succeeded","type":"integer","jsonPath":".status.replicaStatuses.Worker.succeeded","description":"Succeeded Worker replicas"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TFJobSpec {
+    /// Policies that apply to the whole job: clean-up, TTL, deadline, backoff,
+    /// suspension and gang scheduling.
+    #[serde(default)]
+    pub run_policy: RunPolicy,
+
+    /// When the job counts as succeeded. Empty (the default): when the Chief
+    /// (or, without a Chief, worker 0) succeeds. `AllWorkers`: when every
+    /// Worker succeeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_policy: Option<SuccessPolicy>,
+
+    /// The replicas of the job, by type: `Chief` (or its legacy alias
+    /// `Master`), `Worker`, `PS`, `Evaluator`. Keys are case-insensitive
+    /// (`ps` is `PS`), as in Kubeflow.
+    pub tf_replica_specs: BTreeMap<String, ReplicaSpec>,
+
+    /// Dynamic worker mode: TF_CONFIG lists only this worker and the PS
+    /// (sparse form), and Worker failures do not fail the job.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub enable_dynamic_worker: bool,
+}
+
+/// One replica type of the job.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaSpec {
+    /// How many replicas of this type (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+
+    /// The Pod template of every replica of this type. Its `restartPolicy`
+    /// is replaced by the replica's `restartPolicy`.
+    #[serde(default)]
+    pub template: PodTemplateSpec,
+
+    /// What happens when a replica's Pod fails: `Always` and `OnFailure`
+    /// restart it, `Never` does not, `ExitCode` restarts it only when the
+    /// `tensorflow` container exited with a code ≥ 128 (killed by a signal,
+    /// e.g. 137 or 143). Default `Never`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_policy: Option<RestartPolicy>,
+}
+
+/// A replica's restart policy.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum RestartPolicy {
+    Always,
+    OnFailure,
+    Never,
+    ExitCode,
+}
+
+/// Which Pods to delete when the job finishes.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum CleanPodPolicy {
+    /// Delete every Pod (and its Service).
+    All,
+    /// Delete Pods that are still running or pending.
+    Running,
+    /// Leave every Pod (the default).
+    None,
+}
+
+/// When a job without a Chief counts as succeeded.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum SuccessPolicy {
+    /// Worker 0 (Kubeflow's default, written as an empty string).
+    #[serde(rename = "")]
+    Default,
+    /// Every Worker.
+    AllWorkers,
+}
+
+/// Policies for the whole job (Kubeflow's `RunPolicy`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunPolicy {
+    /// Which Pods to delete when the job finishes (default `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clean_pod_policy: Option<CleanPodPolicy>,
+
+    /// Delete the TFJob this many seconds after it finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds_after_finished: Option<i32>,
+
+    /// Fail the job this many seconds after it started, whatever is running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<i64>,
+
+    /// How many restarts (in place or by re-creating a Pod) are allowed
+    /// before the job fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_limit: Option<i32>,
+
+    /// Gang-scheduling settings (used by Volcano / scheduler-plugins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling_policy: Option<SchedulingPolicy>,
+
+    /// Suspend the job: its Pods are deleted until it is resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+
+    /// The controller that manages this job. Only
+    /// `kubeflow.org/training-operator` (or unset) is reconciled here;
+    /// `kueue.x-k8s.io/multikueue` jobs are left alone. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_by: Option<String>,
+}
+
+/// Gang-scheduling settings (Kubeflow's `SchedulingPolicy`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingPolicy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_available: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_resources: Option<BTreeMap<String, Quantity>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_timeout_seconds: Option<i32>,
+}
+
+/// The observed state of a TFJob (Kubeflow's `JobStatus`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TFJobStatus {
+    /// The job's conditions, oldest first; the last one is its state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<JobCondition>,
+
+    /// Replica counts by type. Always written (Kubeflow's Python SDK
+    /// requires the field to be present).
+    #[serde(default)]
+    pub replica_statuses: BTreeMap<String, ReplicaStatus>,
+
+    /// When the job started (first reconcile, or the last resume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+
+    /// When the job succeeded or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+
+    /// Last time the job was reconciled while waiting for gang scheduling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reconcile_time: Option<Time>,
+
+    /// The `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// One condition of the job (Kubeflow's `JobCondition`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobCondition {
+    /// `Created`, `Running`, `Restarting`, `Succeeded`, `Failed` or `Suspended`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// A CamelCase reason, e.g. `TFJobRunning`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A human-readable message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+}
+
+/// Pod counts for one replica type (Kubeflow's `ReplicaStatus`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaStatus {
+    /// Pods running (not terminating).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub active: i32,
+    /// Pods that succeeded.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub succeeded: i32,
+    /// Pods that failed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed: i32,
+    /// Restarts so far (in place, and by re-creating a failed Pod); counted
+    /// against `runPolicy.backoffLimit`. Our addition.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restarts: i32,
+    /// Indexes whose Pod succeeded, as ranges (`"0,2-4"`), so a succeeded
+    /// replica is never run again when its Pod is garbage-collected. Our
+    /// addition (Kubernetes Jobs call it `completedIndexes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub succeeded_indexes: Option<String>,
+    /// Kubeflow's field; never set for TFJob (as in Kubeflow).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+    /// Kubeflow's field; never set for TFJob (as in Kubeflow).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}

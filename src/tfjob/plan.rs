@@ -1,0 +1,681 @@
+//! The pure heart of the controller: from what is observed (the job, its
+//! Pods and Services, the time) to what should be done (creates, deletes,
+//! events, a requeue) and the status to write.
+//!
+//! It does no I/O and never panics on what the API server sends, so every
+//! rule here is unit-tested with plain data. The rules are Kubeflow's
+//! (`pkg/controller.v1/common/{job,pod}.go`, `tensorflow/tfjob_controller.go`
+//! `UpdateJobStatus`), with its known bugs fixed:
+//!
+//! - `activeDeadlineSeconds` fires even if nothing else happens: the plan
+//!   asks for a requeue at the deadline;
+//! - every restart, including an `ExitCode` re-creation, counts against
+//!   `backoffLimit`, and the count survives operator restarts (in status);
+//! - a terminating or evicted Pod is not a failure;
+//! - a succeeded index is never run again after its Pod disappears;
+//! - on a deadline or backoff failure only unfinished Pods are stopped
+//!   (Kubeflow deletes every Pod, losing the logs of finished ones);
+//! - a bad spec is a `Failed` condition and a Warning event, not a retry loop.
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::constants::{DEFAULT_CONTAINER_NAME, condition, event, reason};
+use crate::api::defaults::{JobSpec, is_managed_here, normalize};
+use crate::api::{
+    CleanPodPolicy, ReplicaStatus, ReplicaType, RestartPolicy, SuccessPolicy, TFJob, TFJobStatus,
+};
+
+use super::children::{ChildContext, owner_reference, replica_of};
+use super::conditions::{self, is_finished, is_true};
+use super::index_set;
+
+/// Exit codes at or above this mean the process was killed by a signal
+/// (137 = SIGKILL, 143 = SIGTERM): retryable under `ExitCode`.
+const FIRST_RETRYABLE_EXIT_CODE: i32 = 128;
+
+/// What the plan looks at.
+pub struct Observed<'a> {
+    pub job: &'a TFJob,
+    /// Pods controlled by the job.
+    pub pods: &'a [Arc<Pod>],
+    /// Services controlled by the job.
+    pub services: &'a [Arc<Service>],
+    pub now: Timestamp,
+}
+
+/// Settings that shape children (from the operator's flags).
+#[derive(Clone, Debug, Default)]
+pub struct PlanConfig {
+    /// Appended to `.svc` in TF_CONFIG addresses.
+    pub cluster_domain: Option<String>,
+}
+
+/// One API write the plan asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    CreatePod(Box<Pod>),
+    /// Delete a Pod; `uid` is a precondition so a re-created Pod of the same
+    /// name is never deleted by mistake.
+    DeletePod {
+        name: String,
+        uid: Option<String>,
+    },
+    CreateService(Box<Service>),
+    DeleteService {
+        name: String,
+    },
+    /// TTL after finishing has passed.
+    DeleteJob,
+}
+
+/// An Event to record on the job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedEvent {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The outcome of planning.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    pub status: TFJobStatus,
+    pub events: Vec<PlannedEvent>,
+    /// Reconcile again after this long even if nothing changes (deadline, TTL).
+    pub requeue_after: Option<Duration>,
+    /// False when the job is not ours to manage (`managedBy`): write nothing.
+    pub manage: bool,
+}
+
+impl Plan {
+    fn event(&mut self, warning: bool, reason: &'static str, message: String) {
+        self.events.push(PlannedEvent {
+            warning,
+            reason,
+            message,
+        });
+    }
+
+    fn requeue_in(&mut self, d: Duration) {
+        self.requeue_after = Some(self.requeue_after.map_or(d, |r| r.min(d)));
+    }
+}
+
+/// Plans one reconcile of a TFJob.
+pub fn plan(obs: &Observed<'_>, cfg: &PlanConfig) -> Plan {
+    let job = obs.job;
+    let (Some(name), Some(namespace)) = (
+        job.metadata.name.as_deref(),
+        job.metadata.namespace.as_deref(),
+    ) else {
+        return Plan::default();
+    };
+    let managed_by = job.spec.run_policy.managed_by.as_deref();
+    if job.metadata.deletion_timestamp.is_some() || !is_managed_here(managed_by) {
+        return Plan::default();
+    }
+    let now = Time(obs.now);
+    let mut p = Plan {
+        status: job.status.clone().unwrap_or_default(),
+        manage: true,
+        ..Plan::default()
+    };
+    p.status.observed_generation = job.metadata.generation;
+    if !p
+        .status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == condition::CREATED)
+    {
+        let msg = format!("TFJob {name} is created.");
+        conditions::set(
+            &mut p.status,
+            condition::CREATED,
+            true,
+            reason::CREATED,
+            msg,
+            &now,
+        );
+    }
+
+    let spec = match normalize(name, &job.spec) {
+        Ok(spec) => spec,
+        Err(e) => {
+            if !is_finished(&p.status) {
+                let msg = format!("TFJob {namespace}/{name} has an invalid spec: {e}");
+                p.event(true, "TFJobFailedValidation", msg.clone());
+                conditions::set(
+                    &mut p.status,
+                    condition::FAILED,
+                    true,
+                    "TFJobFailedValidation",
+                    msg,
+                    &now,
+                );
+                p.status.completion_time.get_or_insert(now);
+            }
+            return p;
+        }
+    };
+    let Some(owner) = owner_reference(job) else {
+        return p;
+    };
+    let ctx = ChildContext {
+        name,
+        namespace,
+        spec: &spec,
+        owner: &owner,
+        cluster_domain: cfg.cluster_domain.as_deref(),
+    };
+    let children = Children::group(obs.pods, obs.services);
+
+    if is_finished(&p.status) {
+        finish(&mut p, &spec, &children, obs.now, false);
+        return p;
+    }
+    if spec.suspend {
+        suspend(&mut p, name, &children, &now);
+        return p;
+    }
+    if is_true(&p.status, condition::SUSPENDED) {
+        let msg = format!("TFJob {name} is resumed.");
+        p.event(false, reason::RESUMED, msg.clone());
+        conditions::set(
+            &mut p.status,
+            condition::SUSPENDED,
+            false,
+            reason::RESUMED,
+            msg,
+            &now,
+        );
+        p.status.start_time = Some(now.clone());
+    }
+    let start = p.status.start_time.get_or_insert_with(|| now.clone()).0;
+
+    let tally = Tally::count(&spec, &children, &p.status);
+    p.status.replica_statuses = tally.statuses.clone();
+
+    // Backoff: every restart so far, plus the failures we would restart now.
+    if let Some(limit) = spec.backoff_limit {
+        let restarts = tally.restarts_so_far();
+        let new_failures = tally.retries.iter().filter(|r| !r.evicted).count() as i32;
+        if restarts > limit || (new_failures > 0 && restarts + new_failures > limit) {
+            let msg = format!(
+                "TFJob {namespace}/{name} has failed because it has reached the specified backoff limit ({limit} restarts)."
+            );
+            fail(&mut p, msg, &now);
+            finish(&mut p, &spec, &children, obs.now, true);
+            return p;
+        }
+    }
+    if let Some(deadline) = spec.active_deadline_seconds {
+        let ends = start
+            .saturating_add(jiff::SignedDuration::from_secs(deadline))
+            .unwrap_or(start);
+        if obs.now >= ends {
+            let msg = format!(
+                "TFJob {namespace}/{name} has failed because it was active longer than specified deadline ({deadline} s)."
+            );
+            fail(&mut p, msg, &now);
+            finish(&mut p, &spec, &children, obs.now, true);
+            return p;
+        }
+        p.requeue_in(duration_between(obs.now, ends));
+    }
+
+    // Retryable failures: delete the Pod (it is re-created next pass) and say so.
+    for retry in &tally.retries {
+        p.actions.push(Action::DeletePod {
+            name: retry.pod.clone(),
+            uid: retry.uid.clone(),
+        });
+        p.event(
+            false,
+            event::EXITED_WITH_CODE,
+            format!(
+                "Pod: {namespace}.{} exited with code {}",
+                retry.pod, retry.exit_code
+            ),
+        );
+        if !retry.evicted {
+            let msg = format!(
+                "TFJob {name} is restarting because 1 {} replica(s) failed.",
+                retry.rtype
+            );
+            p.event(true, reason::RESTARTING, msg.clone());
+            conditions::set(
+                &mut p.status,
+                condition::RESTARTING,
+                true,
+                reason::RESTARTING,
+                msg,
+                &now,
+            );
+        }
+    }
+    update_conditions(&mut p, &spec, &tally, name, namespace, &now);
+    if is_finished(&p.status) {
+        finish(&mut p, &spec, &children, obs.now, false);
+        return p;
+    }
+
+    // Converge children toward the spec.
+    for &(rtype, index) in &tally.missing_pods {
+        if let Some(pod) = ctx.pod(rtype, index) {
+            p.actions.push(Action::CreatePod(Box::new(pod)));
+        }
+    }
+    for (rtype, replica) in &spec.replicas {
+        for index in 0..replica.replicas {
+            if !children.services.contains_key(&(*rtype, index))
+                && let Some(svc) = ctx.service(*rtype, index)
+            {
+                p.actions.push(Action::CreateService(Box::new(svc)));
+            }
+        }
+    }
+    for (&(rtype, index), pods) in &children.pods {
+        if !in_spec(&spec, rtype, index) {
+            for pod in pods.iter().filter(|p| !terminating(p)) {
+                p.actions.push(delete_pod(pod));
+            }
+        }
+    }
+    for (&(rtype, index), name) in &children.services {
+        if !in_spec(&spec, rtype, index) {
+            p.actions.push(Action::DeleteService { name: name.clone() });
+        }
+    }
+    p
+}
+
+fn in_spec(spec: &JobSpec, rtype: ReplicaType, index: i32) -> bool {
+    spec.replicas
+        .get(&rtype)
+        .is_some_and(|r| index < r.replicas)
+}
+
+fn duration_between(from: Timestamp, to: Timestamp) -> Duration {
+    let secs = to
+        .as_millisecond()
+        .saturating_sub(from.as_millisecond())
+        .max(0);
+    Duration::from_millis(secs.unsigned_abs())
+}
+
+fn fail(p: &mut Plan, msg: String, now: &Time) {
+    p.event(true, reason::FAILED, msg.clone());
+    conditions::set(
+        &mut p.status,
+        condition::FAILED,
+        true,
+        reason::FAILED,
+        msg,
+        now,
+    );
+    p.status.completion_time.get_or_insert(now.clone());
+}
+
+/// The job's children, grouped by replica slot.
+struct Children<'a> {
+    pods: BTreeMap<(ReplicaType, i32), Vec<&'a Pod>>,
+    services: BTreeMap<(ReplicaType, i32), String>,
+}
+
+impl<'a> Children<'a> {
+    fn group(pods: &'a [Arc<Pod>], services: &'a [Arc<Service>]) -> Self {
+        let mut by_slot: BTreeMap<_, Vec<&Pod>> = BTreeMap::new();
+        for pod in pods {
+            if let Some(slot) = replica_of(&pod.metadata) {
+                by_slot.entry(slot).or_default().push(pod);
+            }
+        }
+        let services = services
+            .iter()
+            .filter_map(|s| Some((replica_of(&s.metadata)?, s.metadata.name.clone()?)))
+            .collect();
+        Self {
+            pods: by_slot,
+            services,
+        }
+    }
+}
+
+fn terminating(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+}
+
+fn phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending")
+}
+
+/// The `tensorflow` container's exit code, or Kubeflow's 0xbeef when it has
+/// not terminated (which counts as retryable).
+fn exit_code(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == DEFAULT_CONTAINER_NAME))
+        .and_then(|c| c.state.as_ref()?.terminated.as_ref())
+        .map_or(0xbeef, |t| t.exit_code)
+}
+
+/// In-place restarts the kubelet did (OnFailure / Always).
+fn in_place_restarts(pod: &Pod) -> i32 {
+    let status = pod.status.as_ref();
+    let count = |cs: Option<&Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
+        cs.into_iter()
+            .flatten()
+            .map(|c| c.restart_count)
+            .sum::<i32>()
+    };
+    count(status.and_then(|s| s.container_statuses.as_ref()))
+        + count(status.and_then(|s| s.init_container_statuses.as_ref()))
+}
+
+/// Evicted or disrupted (preemption, node drain, lost node): the Pod failed
+/// through no fault of its own, so it is replaced without counting a failure.
+fn disrupted(pod: &Pod) -> bool {
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
+    status.reason.as_deref() == Some("Evicted")
+        || status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+}
+
+fn delete_pod(pod: &Pod) -> Action {
+    Action::DeletePod {
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        uid: pod.metadata.uid.clone(),
+    }
+}
+
+/// A failed Pod that will be deleted and re-created.
+struct Retry {
+    rtype: ReplicaType,
+    pod: String,
+    uid: Option<String>,
+    exit_code: i32,
+    evicted: bool,
+}
+
+/// What the Pods say, per replica type.
+struct Tally {
+    statuses: BTreeMap<String, ReplicaStatus>,
+    retries: Vec<Retry>,
+    missing_pods: Vec<(ReplicaType, i32)>,
+    live_restarts: i32,
+    worker0_succeeded: bool,
+    /// Types with non-retryable failures, with their counts.
+    failed: Vec<(ReplicaType, i32)>,
+}
+
+impl Tally {
+    fn count(spec: &JobSpec, children: &Children<'_>, old: &TFJobStatus) -> Self {
+        let mut t = Tally {
+            statuses: BTreeMap::new(),
+            retries: Vec::new(),
+            missing_pods: Vec::new(),
+            live_restarts: 0,
+            worker0_succeeded: false,
+            failed: Vec::new(),
+        };
+        for (&rtype, replica) in &spec.replicas {
+            let previous = old.replica_statuses.get(rtype.as_str());
+            let mut succeeded_set =
+                index_set::parse(previous.and_then(|s| s.succeeded_indexes.as_deref()));
+            let mut rs = ReplicaStatus {
+                restarts: previous.map_or(0, |s| s.restarts),
+                ..ReplicaStatus::default()
+            };
+            for index in 0..replica.replicas {
+                let pods = children
+                    .pods
+                    .get(&(rtype, index))
+                    .map(Vec::as_slice)
+                    .unwrap_or(&[]);
+                let live: Vec<&Pod> = pods.iter().copied().filter(|p| !terminating(p)).collect();
+                let Some(pod) = live.first() else {
+                    // A terminating Pod still holds its slot; a succeeded
+                    // index stays succeeded; otherwise the slot is empty.
+                    if succeeded_set.contains(&index) {
+                        rs.succeeded += 1;
+                    } else if pods.is_empty() {
+                        t.missing_pods.push((rtype, index));
+                    }
+                    continue;
+                };
+                t.live_restarts += in_place_restarts(pod);
+                match phase(pod) {
+                    "Running" => rs.active += 1,
+                    "Succeeded" => {
+                        rs.succeeded += 1;
+                        succeeded_set.insert(index);
+                    }
+                    "Failed" => {
+                        let code = exit_code(pod);
+                        let evicted = disrupted(pod);
+                        let retryable = evicted
+                            || match replica.restart_policy {
+                                RestartPolicy::Always | RestartPolicy::OnFailure => true,
+                                RestartPolicy::ExitCode => code >= FIRST_RETRYABLE_EXIT_CODE,
+                                RestartPolicy::Never => false,
+                            };
+                        if retryable {
+                            if !evicted {
+                                rs.restarts += 1;
+                            }
+                            t.retries.push(Retry {
+                                rtype,
+                                pod: pod.metadata.name.clone().unwrap_or_default(),
+                                uid: pod.metadata.uid.clone(),
+                                exit_code: code,
+                                evicted,
+                            });
+                        } else {
+                            rs.failed += 1;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if rtype == ReplicaType::Worker && succeeded_set.contains(&0) {
+                t.worker0_succeeded = true;
+            }
+            if rs.failed > 0 {
+                t.failed.push((rtype, rs.failed));
+            }
+            // Restarts of this pass are counted in `restarts` already; the
+            // backoff check adds them separately, so keep them apart there.
+            rs.succeeded_indexes = index_set::format(&succeeded_set);
+            t.statuses.insert(rtype.as_str().to_owned(), rs);
+        }
+        t
+    }
+
+    /// Restarts before this pass: persisted ones plus the kubelet's in-place ones.
+    fn restarts_so_far(&self) -> i32 {
+        let persisted: i32 = self.statuses.values().map(|s| s.restarts).sum();
+        let new = self.retries.iter().filter(|r| !r.evicted).count() as i32;
+        persisted - new + self.live_restarts
+    }
+}
+
+/// Running / Succeeded / Failed from the counts (Kubeflow's `UpdateJobStatus`).
+fn update_conditions(
+    p: &mut Plan,
+    spec: &JobSpec,
+    t: &Tally,
+    name: &str,
+    namespace: &str,
+    now: &Time,
+) {
+    let running_msg = || format!("TFJob {namespace}/{name} is running.");
+    let done_msg = || format!("TFJob {namespace}/{name} successfully completed.");
+    let status_of =
+        |rtype: ReplicaType| t.statuses.get(rtype.as_str()).cloned().unwrap_or_default();
+    let mut succeeded = false;
+    if let Some(chief) = spec.chief_type() {
+        let s = status_of(chief);
+        if s.active > 0 {
+            conditions::set(
+                &mut p.status,
+                condition::RUNNING,
+                true,
+                reason::RUNNING,
+                running_msg(),
+                now,
+            );
+        }
+        succeeded = spec.replicas[&chief].replicas - s.succeeded == 0;
+    } else if let Some(worker) = spec.replicas.get(&ReplicaType::Worker) {
+        let s = status_of(ReplicaType::Worker);
+        let all_done = worker.replicas - s.succeeded == 0;
+        if all_done || (t.worker0_succeeded && spec.success_policy != SuccessPolicy::AllWorkers) {
+            succeeded = true;
+        } else if s.active > 0 {
+            conditions::set(
+                &mut p.status,
+                condition::RUNNING,
+                true,
+                reason::RUNNING,
+                running_msg(),
+                now,
+            );
+        }
+    }
+    for &(rtype, n) in &t.failed {
+        if spec.enable_dynamic_worker && rtype == ReplicaType::Worker {
+            continue;
+        }
+        let msg =
+            format!("TFJob {namespace}/{name} has failed because {n} {rtype} replica(s) failed.");
+        fail(p, msg, now);
+        return;
+    }
+    if succeeded {
+        let msg = done_msg();
+        p.event(false, reason::SUCCEEDED, msg.clone());
+        conditions::set(
+            &mut p.status,
+            condition::SUCCEEDED,
+            true,
+            reason::SUCCEEDED,
+            msg,
+            now,
+        );
+        p.status.completion_time.get_or_insert(now.clone());
+    }
+}
+
+/// A finished job: clean up as `cleanPodPolicy` says and honour the TTL.
+/// `stop_unfinished` (deadline or backoff failure) stops running and pending
+/// Pods whatever the policy, but keeps finished ones for their logs.
+fn finish(
+    p: &mut Plan,
+    spec: &JobSpec,
+    children: &Children<'_>,
+    now: Timestamp,
+    stop_unfinished: bool,
+) {
+    let policy = match (spec.clean_pod_policy, stop_unfinished) {
+        (CleanPodPolicy::All, _) => CleanPodPolicy::All,
+        (_, true) => CleanPodPolicy::Running,
+        (policy, false) => policy,
+    };
+    for (slot, pods) in &children.pods {
+        for pod in pods.iter().filter(|p| !terminating(p)) {
+            let delete = match policy {
+                CleanPodPolicy::All => true,
+                CleanPodPolicy::Running => matches!(phase(pod), "Running" | "Pending"),
+                CleanPodPolicy::None => false,
+            };
+            if delete {
+                p.actions.push(delete_pod(pod));
+                if let Some(svc) = children.services.get(slot) {
+                    p.actions.push(Action::DeleteService { name: svc.clone() });
+                }
+            }
+        }
+    }
+    if is_true(&p.status, condition::SUCCEEDED) {
+        for rs in p.status.replica_statuses.values_mut() {
+            rs.succeeded += rs.active;
+            rs.active = 0;
+        }
+    }
+    if let (Some(ttl), Some(done)) = (
+        spec.ttl_seconds_after_finished,
+        p.status.completion_time.as_ref(),
+    ) {
+        let expires = done
+            .0
+            .saturating_add(jiff::SignedDuration::from_secs(i64::from(ttl)))
+            .unwrap_or(done.0);
+        if now >= expires {
+            p.actions.push(Action::DeleteJob);
+        } else {
+            p.requeue_in(duration_between(now, expires));
+        }
+    }
+}
+
+/// A suspended job: no Pods or Services, Running false, Suspended true.
+fn suspend(p: &mut Plan, name: &str, children: &Children<'_>, now: &Time) {
+    for pods in children.pods.values() {
+        for pod in pods.iter().filter(|p| !terminating(p)) {
+            p.actions.push(delete_pod(pod));
+        }
+    }
+    for svc in children.services.values() {
+        p.actions.push(Action::DeleteService { name: svc.clone() });
+    }
+    for rs in p.status.replica_statuses.values_mut() {
+        rs.active = 0;
+    }
+    let msg = format!("TFJob {name} is suspended.");
+    if is_true(&p.status, condition::RUNNING) {
+        conditions::set(
+            &mut p.status,
+            condition::RUNNING,
+            false,
+            reason::SUSPENDED,
+            msg.clone(),
+            now,
+        );
+    }
+    if !is_true(&p.status, condition::SUSPENDED) {
+        p.event(false, reason::SUSPENDED, msg.clone());
+        conditions::set(
+            &mut p.status,
+            condition::SUSPENDED,
+            true,
+            reason::SUSPENDED,
+            msg,
+            now,
+        );
+    }
+}
+
+/// Keys for `set`-like lookups in tests and the apply step.
+pub fn succeeded_indexes(status: &TFJobStatus, rtype: ReplicaType) -> BTreeSet<i32> {
+    index_set::parse(
+        status
+            .replica_statuses
+            .get(rtype.as_str())
+            .and_then(|s| s.succeeded_indexes.as_deref()),
+    )
+}
