@@ -15,6 +15,7 @@
 
 mod support;
 
+mod informer;
 mod operator;
 mod sdk;
 mod smoke;
