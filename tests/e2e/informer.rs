@@ -248,7 +248,12 @@ async fn deletes_made_while_the_watch_was_down_and_etcd_compacted_arrive_as_tomb
         inner: ApiListWatch::new::<ConfigMap>(client.clone(), Some(&ns)),
         cut,
     });
-    let informer = SharedInformer::<ConfigMap>::new(partition.clone(), InformerConfig::default());
+    // Paginated LIST in small pages here (the other tests use the streaming
+    // list this server supports), so continue tokens meet a real server too.
+    let mut config = InformerConfig::default();
+    config.reflector.streaming_list = false;
+    config.reflector.page_size = 7;
+    let informer = SharedInformer::<ConfigMap>::new(partition.clone(), config);
     let deletes = Arc::new(Deletes::default());
     informer.add_event_handler(deletes.clone());
     let shutdown = CancellationToken::new();
