@@ -112,11 +112,15 @@ impl ReflectorError {
     }
 }
 
+/// Our resourceVersion cannot be watched from: compacted away (410 Gone,
+/// "too old resource version"), or ahead of the server ("Too large resource
+/// version", e.g. after an etcd restore). Either way only a relist recovers.
 fn is_expired(status: &Status) -> bool {
     status.code == 410
         || status.reason == "Expired"
         || status.reason == "Gone"
         || status.message.contains("too old resource version")
+        || status.message.contains("Too large resource version")
 }
 
 /// What a reflector is configured to watch and how.
@@ -710,6 +714,24 @@ mod tests {
         let rvs: Vec<String> = r.lw.watch_calls().into_iter().map(|(_, rv)| rv).collect();
         assert_eq!(rvs, ["5", "8"]);
         assert_eq!(r.lw.list_calls().len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resource_version_ahead_of_the_server_relists() {
+        let too_large = kube::Error::Api(status(
+            504,
+            "Timeout",
+            "Too large resource version: 900, current: 20",
+        ));
+        let lw = ScriptedListWatch::new()
+            .list(Ok(page(vec![], "900", None)))
+            .watch(ScriptedWatch::Fail(too_large))
+            .list(Ok(page(vec![], "20", None)))
+            .watch(open(vec![]));
+        let r = start(lw, paginated());
+        settle(5.0).await;
+        let rvs: Vec<String> = r.lw.watch_calls().into_iter().map(|(_, rv)| rv).collect();
+        assert_eq!(rvs, ["900", "20"]);
     }
 
     #[tokio::test(start_paused = true)]
