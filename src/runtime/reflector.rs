@@ -364,11 +364,13 @@ impl<K: Object> Reflector<K> {
                 // Throttled: honour Retry-After rather than list at once.
                 Err(e) if e.retry_after().is_some() => return Err(e),
                 Err(e) => {
-                    // A server without WatchList refuses the parameters with a
-                    // 4xx; stop asking. Anything else: fall back just this time.
+                    // A server without WatchList (every supported version
+                    // knows the parameter) refuses it with a 4xx: stop asking.
+                    // Anything else, e.g. a stream cut by a restart before its
+                    // end bookmark: fall back just this time.
                     let refused =
                         e.status().is_some_and(|s| (400..500).contains(&s.code)) && !e.is_expired();
-                    if refused || matches!(e, ReflectorError::StreamingListIncomplete) {
+                    if refused {
                         self.streaming_list = false;
                     }
                     tracing::info!(error = %e, "streaming list failed, falling back to paginated LIST");
