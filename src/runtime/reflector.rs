@@ -878,15 +878,25 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_streaming_list_cut_before_its_end_bookmark_falls_back_to_list() {
+    async fn a_streaming_list_cut_before_its_end_bookmark_falls_back_to_list_once() {
         let lw = ScriptedListWatch::new()
             .watch(closing(vec![added("a", "3")]))
             .list(Ok(page(vec![cm_json("a", "4")], "5", None)))
-            .watch(open(vec![]));
+            .watch(closing(vec![expired_event()]))
+            .watch(open(vec![added("b", "8"), bookmark("9", true)]));
         let r = start(lw, ReflectorConfig::default());
-        settle(1.0).await;
+        settle(0.5).await;
         assert_eq!(drain(&r.fifo), ["a: Replaced"]);
         assert_eq!(r.status.last_sync_resource_version().as_deref(), Some("5"));
+        // The next relist (after the 410) tries the streaming list again.
+        settle(5.0).await;
+        let initial: Vec<bool> =
+            r.lw.watch_calls()
+                .into_iter()
+                .map(|(wp, _)| wp.send_initial_events)
+                .collect();
+        assert_eq!(initial, [true, false, true]);
+        assert_eq!(r.status.last_sync_resource_version().as_deref(), Some("9"));
     }
 
     #[tokio::test(start_paused = true)]
