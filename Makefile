@@ -31,6 +31,7 @@ clippy:
 .PHONY: unit
 unit: ## Unit, property and doc tests (no cluster needed)
 	cargo test --lib --bins
+	cargo test --doc
 
 .PHONY: crd
 crd: ## Regenerate crds/ from the Rust types

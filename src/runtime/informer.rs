@@ -205,6 +205,7 @@ impl<K: Object> SharedInformer<K> {
             .read()
             .unwrap_or_else(|p| p.into_inner());
         let indexer = &self.inner.indexer;
+        tracing::debug!(target: "pipeline", stage = "3 informer", kind = %K::kind(&()), key = %deltas.key, deltas = deltas.deltas.len(), handlers = handlers.len(), "popped: indexer updated, then handlers called");
         for delta in deltas.deltas {
             match delta {
                 Delta::Added(obj)

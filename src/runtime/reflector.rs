@@ -398,6 +398,7 @@ impl<K: Object> Reflector<K> {
                 None => break page.resource_version,
             }
         };
+        tracing::debug!(target: "pipeline", stage = "1 reflector", kind = %K::kind(&()), objects = objects.len(), rv = %resource_version, "LIST done: replacing the FIFO's contents");
         self.fifo.replace(objects);
         self.status.set_resource_version(&resource_version);
         self.status.shared.lists.fetch_add(1, Ordering::Relaxed);
@@ -439,6 +440,7 @@ impl<K: Object> Reflector<K> {
                         .get(INITIAL_EVENTS_END_ANNOTATION)
                         .is_some_and(|v| v == "true");
                     if ends {
+                        tracing::debug!(target: "pipeline", stage = "1 reflector", kind = %K::kind(&()), objects = objects.len(), rv = %b.metadata.resource_version, "streaming LIST (WatchList) done: replacing the FIFO's contents");
                         self.fifo.replace(std::mem::take(&mut objects));
                         self.status
                             .set_resource_version(&b.metadata.resource_version);
@@ -503,6 +505,7 @@ impl<K: Object> Reflector<K> {
     fn push(&self, value: Value, op: fn(&DeltaFifo<K>, Arc<K>)) {
         if let Some(obj) = self.decode(value) {
             let rv = obj.meta().resource_version.clone();
+            tracing::debug!(target: "pipeline", stage = "1 reflector", kind = %K::kind(&()), key = %super::ObjectKey::of(obj.as_ref()).map(|k| k.to_string()).unwrap_or_default(), rv = rv.as_deref().unwrap_or(""), "WATCH event received");
             op(&self.fifo, obj);
             if let Some(rv) = rv {
                 self.status.set_resource_version(&rv);

@@ -32,6 +32,9 @@ use super::plan::{Action, Observed, Plan, PlanConfig, plan};
 /// in parallel easily.
 pub const DEFAULT_WRITE_CONCURRENCY: usize = 16;
 
+/// After a status-write conflict, look again this soon even if no event comes.
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+
 /// The index (on the Pod and Service informers) of children by job name:
 /// how orphans that match a job are found without a scan.
 pub const JOB_NAME_INDEX: &str = "job-name";
@@ -119,6 +122,17 @@ impl TfJobReconciler {
         if !plan.manage {
             return Ok(None);
         }
+        tracing::debug!(
+            target: "pipeline",
+            stage = "6 reconcile",
+            key = %key,
+            pods = pods.len(),
+            services = services.len(),
+            writes = plan.actions.len(),
+            status_changed = job.status.as_ref() != Some(&plan.status),
+            requeue_after = ?plan.requeue_after,
+            "observed the cache, planned"
+        );
 
         // Apply, then write status. Events first: they explain the writes.
         for e in &plan.events {
@@ -130,14 +144,25 @@ impl TfJobReconciler {
             );
         }
         let applied = self.apply(key, &job, &plan).await;
-        self.write_status(key, &job, &plan).await?;
+        match self.write_status(key, &job, &plan).await {
+            // Our cached copy was older than the server's: the watch event
+            // for the newer version is on its way and will enqueue the job
+            // again, so this is not an error worth a backoff. The short
+            // requeue is only a safety net.
+            Err(SyncError::Status { source, .. }) if is_conflict(&source) => {
+                tracing::debug!(%key, "status changed since it was cached; waiting for the newer version");
+                applied?;
+                return Ok(Some(CONFLICT_RETRY));
+            }
+            other => other?,
+        }
         applied?;
         Ok(plan.requeue_after)
     }
 
     /// The job's children: those it controls whose labels still match, plus
     /// matching orphans it adopts; children relabelled away are released
-    /// (client-go's `ControllerRefManager`, see [`crate::runtime::ownership`]).
+    /// (kubernetes/kubernetes' `ControllerRefManager`, see [`crate::runtime::ownership`]).
     async fn claim_children<K: Object + Resource<Scope = k8s_openapi::NamespaceResourceScope>>(
         &self,
         job: &Arc<TFJob>,
@@ -196,7 +221,7 @@ impl TfJobReconciler {
         for child in claimed.adopt {
             match adopt(&api, child.as_ref(), &owner).await {
                 Ok(adopted) => {
-                    tracing::info!(job = %name, child = %child_name(&adopted), "adopted an orphan");
+                    tracing::info!(job = %name, kind = %K::kind(&()), child = %child_name(&adopted), "adopted an orphan");
                     owned.push(Arc::new(adopted));
                 }
                 Err(e) if is_status(&e, 404) || is_status(&e, 409) || is_status(&e, 422) => {}

@@ -16,6 +16,7 @@
 mod support;
 
 mod informer;
+mod manager;
 mod operator;
 mod sdk;
 mod smoke;

@@ -250,7 +250,7 @@ async fn exit_code_137_restarts_then_fails_past_the_backoff_limit() {
     let old_uid = uid_of(&first, "b-worker-1");
 
     // First 137: re-created under the same name (a new UID), one restart counted.
-    env.exit("b-worker-1", 137).await;
+    env.exit_no_wait("b-worker-1", 137).await;
     wait_until("b-worker-1 to be re-created and running", SLOW, || async {
         let pods = env.job_pods("b").await;
         let new = pods
@@ -273,7 +273,7 @@ async fn exit_code_137_restarts_then_fails_past_the_backoff_limit() {
     assert!(!condition_types(&restarted).contains(&("Failed".into(), "True".into())));
 
     // Second 137: past backoffLimit 1, the job fails and nothing is re-created.
-    env.exit("b-worker-1", 137).await;
+    env.exit_no_wait("b-worker-1", 137).await;
     let failed = env.wait_condition("b", "Failed", SLOW).await;
     let msg = failed
         .status
@@ -731,4 +731,48 @@ fn kubectl_apply(ns: &str, manifest: &serde_json::Value, should_succeed: bool) -
         "kubectl apply of {manifest}: {stderr}"
     );
     stderr
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make e2e"]
+async fn job_metrics_count_each_job_once_even_across_operator_restarts() {
+    let mut env = Env::new("tfjob-metrics").await;
+    env.create(TfJobFixture::new("m").workers(2)).await;
+    env.wait_running_pods("m", 2).await;
+    env.wait_condition("m", "Running", SLOW).await;
+    let created = format!(
+        "training_operator_jobs_created_total{{job_namespace=\"{}\",framework=\"tensorflow\"}} 1",
+        env.ns
+    );
+    let metrics = env.operator.metrics();
+    assert!(metrics.contains(&created), "{metrics}");
+    assert!(metrics.contains("workqueue_adds_total"), "{metrics}");
+    assert!(
+        metrics.contains("controller_runtime_reconcile_total"),
+        "{metrics}"
+    );
+
+    // A new operator process relists the job: it must not count it again.
+    env.operator.kill();
+    let mut second = Operator::start_with(&env.ns, &["--leader-elect=false"], None);
+    second.wait_ready().await;
+    env.exit("m-worker-0", 0).await;
+    env.wait_condition("m", "Succeeded", SLOW).await;
+    let successful = format!(
+        "training_operator_jobs_successful_total{{job_namespace=\"{}\",framework=\"tensorflow\"}} 1",
+        env.ns
+    );
+    let metrics = wait_until("the success to be counted", SLOW, || async {
+        let m = second.metrics();
+        m.contains(&successful).then_some(m)
+    })
+    .await;
+    assert!(
+        !metrics.contains("training_operator_jobs_created_total{"),
+        "the restarted operator re-counted the job as created:\n{metrics}"
+    );
+    assert!(
+        metrics.contains("training_operator_job_duration_seconds_count"),
+        "{metrics}"
+    );
 }
