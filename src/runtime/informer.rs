@@ -532,6 +532,38 @@ mod tests {
             .unwrap();
     }
 
+    /// Reads the informer from inside a handler, as a controller might.
+    struct SyncProbe {
+        informer: SharedInformer<ConfigMap>,
+        seen: Mutex<Vec<(bool, usize)>>,
+    }
+
+    impl EventHandler<ConfigMap> for SyncProbe {
+        fn on_add(&self, _: &Arc<ConfigMap>, _: bool) {
+            let seen = (self.informer.has_synced(), self.informer.indexer().len());
+            self.seen.lock().unwrap().push(seen);
+        }
+        fn on_update(&self, _: &Arc<ConfigMap>, _: &Arc<ConfigMap>) {}
+        fn on_delete(&self, _: &DeletedObject<ConfigMap>) {}
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handler_may_read_the_informer_without_deadlocking() {
+        let lw = ScriptedListWatch::new().list(Ok(page(vec![cm_json("a", "1")], "1", None)));
+        let inf = informer(lw, None);
+        let probe = Arc::new(SyncProbe {
+            informer: inf.clone(),
+            seen: Mutex::new(Vec::new()),
+        });
+        inf.add_event_handler(probe.clone());
+        let _guard = run(&inf);
+        tokio::time::timeout(Duration::from_secs(5), inf.wait_for_sync())
+            .await
+            .expect("synced, no deadlock");
+        // Not yet synced while the last initial object is being delivered.
+        assert_eq!(*probe.seen.lock().unwrap(), [(false, 1)]);
+    }
+
     #[test]
     fn every_informer_has_the_namespace_and_controller_uid_indexes() {
         let inf = informer(ScriptedListWatch::new(), None);

@@ -17,6 +17,7 @@ mod support;
 
 mod examples;
 mod helm;
+mod informer;
 mod manager;
 mod operator;
 mod sdk;
