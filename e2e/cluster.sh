@@ -228,6 +228,7 @@ start_etcd() {
   wait_for 30 etcd curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
 }
 
+# shellcheck disable=SC2329 # called through wait_for
 admin_curl() {
   curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
     "https://127.0.0.1:$APISERVER_PORT$1"
@@ -285,6 +286,7 @@ start_scheduler() {
 
 kubectl_admin() { "$BIN/kubectl" --kubeconfig "$D/kubeconfig" "$@"; }
 
+# shellcheck disable=SC2329 # called through wait_for
 nodes_ready() {
   local ready
   ready=$(kubectl_admin get nodes -l type=kwok \
@@ -454,10 +456,16 @@ cmd_status() {
   return $rc
 }
 
-case "${1:-}" in
-  up) cmd_up ;;
-  down) cmd_down ;;
-  restart) cmd_restart "${2:-}" ;;
-  status) cmd_status ;;
-  *) die "usage: cluster.sh up|down|restart <component>|status" ;;
-esac
+main() {
+  case "${1:-}" in
+    up) cmd_up ;;
+    down) cmd_down ;;
+    restart) cmd_restart "${2:-}" ;;
+    status) cmd_status ;;
+    *) die "usage: cluster.sh up|down|restart <component>|status" ;;
+  esac
+}
+
+# One line, so bash has read all of it before running (safe to edit this
+# file while a cluster command runs).
+main "$@"; exit $?
