@@ -207,7 +207,15 @@ async fn non_zero_exit_under_on_failure_restarts_the_container_in_place() {
     wait_running(&client, &ns, "worker-0").await;
 
     support::drive_pod_exit(&client, &ns, "worker-0", Some("tensorflow"), 3).await;
-    support::drive_pod_exit(&client, &ns, "worker-0", Some("tensorflow"), 4).await;
+    support::drive_pod_exit_with_reason(
+        &client,
+        &ns,
+        "worker-0",
+        Some("tensorflow"),
+        137,
+        Some("OOMKilled"),
+    )
+    .await;
 
     let pods: Api<Pod> = Api::namespaced(client, &ns);
     let pod = pods.get("worker-0").await.expect("the pod");
@@ -218,7 +226,8 @@ async fn non_zero_exit_under_on_failure_restarts_the_container_in_place() {
     let tf = container_status(&pod, "tensorflow");
     assert_eq!(tf.restart_count, 2, "one restart per driven exit");
     let last = tf.last_state.as_ref().and_then(|s| s.terminated.as_ref());
-    assert_eq!(last.map(|t| t.exit_code), Some(4));
+    assert_eq!(last.map(|t| t.exit_code), Some(137));
+    assert_eq!(last.and_then(|t| t.reason.as_deref()), Some("OOMKilled"));
     assert!(tf.state.as_ref().is_some_and(|s| s.running.is_some()));
     assert_eq!(container_status(&pod, "sidecar").restart_count, 0);
     // The request annotations are consumed, so nothing restarts again later.
