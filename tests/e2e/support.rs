@@ -438,7 +438,9 @@ fn dechunk(mut body: &str) -> String {
 }
 
 /// Restarts kube-apiserver in place (same port, same etcd data) with
-/// `e2e/cluster.sh restart apiserver`, which returns once `/readyz` is ok.
+/// `e2e/cluster.sh restart apiserver`, which returns once `/readyz` is ok and
+/// the API server's own clients (KWOK, scheduler, controller-manager) have
+/// been restarted too, so pods keep moving right away (~10 s in all).
 /// Blocks the calling thread for the few seconds that takes: from a
 /// `#[tokio::test]` whose background tasks must keep running meanwhile, use
 /// [`restart_apiserver_async`]. Hold [`exclusive_cluster`] around it when other
