@@ -97,6 +97,7 @@ fn container_status<'a>(
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn api_server_reports_the_pinned_version() {
+    let _guard = support::shared_cluster().await;
     let client = support::client().await;
     let info = client.apiserver_version().await.expect("/version answers");
     assert_eq!(info.git_version, KUBE_VERSION);
@@ -107,6 +108,7 @@ async fn api_server_reports_the_pinned_version() {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn harness_kubectl_and_helm_are_the_pinned_versions() {
+    let _guard = support::shared_cluster().await;
     let kubectl = support::run_ok(support::kubectl().args(["version", "-o", "json"]));
     let v: serde_json::Value = serde_json::from_str(&kubectl).expect("kubectl version is JSON");
     assert_eq!(v["clientVersion"]["gitVersion"], KUBE_VERSION);
