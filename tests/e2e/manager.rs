@@ -146,6 +146,7 @@ async fn wait_for_leader(seen: &Leadership, who: &str, within: Duration) {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn one_leader_at_a_time_and_a_released_lease_fails_over_quickly() {
+    let _cluster = crate::support::shared_cluster().await;
     let client = client().await;
     let ns = test_namespace(&client, "mgr-release").await;
     let lease = "tfjob-operator-lock";
@@ -197,6 +198,7 @@ async fn one_leader_at_a_time_and_a_released_lease_fails_over_quickly() {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn a_leader_that_stops_without_release_is_replaced_within_the_lease_duration() {
+    let _cluster = crate::support::shared_cluster().await;
     let client = client().await;
     let ns = test_namespace(&client, "mgr-expire").await;
     let lease = "tfjob-operator-lock";
@@ -238,6 +240,7 @@ async fn a_leader_that_stops_without_release_is_replaced_within_the_lease_durati
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn a_leader_whose_lease_is_taken_stops_its_work_and_fails() {
+    let _cluster = crate::support::shared_cluster().await;
     let client = client().await;
     let ns = test_namespace(&client, "mgr-lost").await;
     let lease = "tfjob-operator-lock";
@@ -278,6 +281,7 @@ async fn a_leader_whose_lease_is_taken_stops_its_work_and_fails() {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn the_event_recorder_aggregates_repeats_into_one_event() {
+    let _cluster = crate::support::shared_cluster().await;
     let client = client().await;
     let ns = test_namespace(&client, "mgr-events").await;
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);

@@ -12,13 +12,15 @@ use tfjob_operator::api::{CleanPodPolicy, RestartPolicy, TFJob};
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{
     EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, client, drive_pod_exit, kubectl,
-    test_namespace, wait_until,
+    shared_cluster, test_namespace, wait_until,
 };
 
 const SLOW: Duration = Duration::from_secs(90);
 
 /// A namespace with a running operator and helpers to create and observe jobs.
 struct Env {
+    /// Held for the whole test: no other test restarts the API server meanwhile.
+    _cluster: tokio::sync::OwnedRwLockReadGuard<()>,
     client: Client,
     ns: String,
     operator: Operator,
@@ -29,12 +31,14 @@ struct Env {
 
 impl Env {
     async fn new(prefix: &str) -> Self {
+        let cluster = shared_cluster().await;
         let client = client().await;
         ensure_crd(&client).await;
         let ns = test_namespace(&client, prefix).await;
         let mut operator = Operator::start(&ns);
         operator.wait_ready().await;
         Self {
+            _cluster: cluster,
             jobs: Api::namespaced(client.clone(), &ns),
             pods: Api::namespaced(client.clone(), &ns),
             services: Api::namespaced(client.clone(), &ns),
@@ -555,6 +559,7 @@ async fn a_matching_orphan_pod_is_adopted_not_duplicated() {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn invalid_manifests_are_refused_with_a_message_naming_the_field() {
+    let _cluster = shared_cluster().await;
     let client = client().await;
     ensure_crd(&client).await;
     let ns = test_namespace(&client, "tfjob-invalid").await;
