@@ -984,6 +984,49 @@ mod tests {
         shutdown.cancel();
     }
 
+    fn child_json(name: &str, owner: &str) -> serde_json::Value {
+        let mut cm = cm_json(name, "1");
+        cm["metadata"]["ownerReferences"] = serde_json::json!([{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": owner,
+            "uid": "u-1", "controller": true,
+        }]);
+        cm
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn owns_enqueues_the_owner_and_watches_enqueues_the_mapped_keys() {
+        let parents = configmaps(ScriptedListWatch::new().list(Ok(page(vec![], "1", None))));
+        let children = configmaps(ScriptedListWatch::new().list(Ok(page(
+            vec![child_json("c1", "p1"), child_json("c2", "p2")],
+            "1",
+            None,
+        ))));
+        let others =
+            configmaps(ScriptedListWatch::new().list(Ok(page(vec![cm_json("x", "1")], "1", None))));
+        let shutdown = CancellationToken::new();
+        for inf in [&parents, &children, &others] {
+            tokio::spawn(inf.clone().run(shutdown.clone()));
+        }
+        let rec = Scripted::new(&[]);
+        let c = Controller::builder("cm")
+            .for_informer(&parents)
+            .owns(&children)
+            .watches(&others, |cm: &ConfigMap| {
+                vec![ObjectKey::new(
+                    Some("elsewhere"),
+                    cm.metadata.name.as_deref().unwrap_or(""),
+                )]
+            })
+            .build(rec.clone())
+            .unwrap();
+        let _run = start(c);
+        sleep_ms(1_000).await;
+        let mut keys = rec.keys();
+        keys.sort();
+        assert_eq!(keys, ["elsewhere/x", "ns/p1", "ns/p2"]);
+        shutdown.cancel();
+    }
+
     #[tokio::test(start_paused = true)]
     async fn run_fails_when_caches_do_not_sync_in_time() {
         // No scripted list: the first list never returns.
