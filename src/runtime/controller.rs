@@ -351,6 +351,7 @@ impl<R: Reconciler> Inner<R> {
         let Some(key) = self.queue.get().await else {
             return false;
         };
+        tracing::debug!(target: "pipeline", stage = "5 worker", controller = %self.name, key = %key, "key taken from the workqueue: reconciling");
         self.metrics.active_workers.inc();
         self.reconcile_handler(&key).await;
         self.metrics.active_workers.dec();
@@ -373,6 +374,7 @@ impl<R: Reconciler> Inner<R> {
             .reconcile_time
             .observe(start.elapsed().as_secs_f64());
         let _entered = span.enter();
+        tracing::debug!(target: "pipeline", stage = "7 worker", key = %key, result = ?result.as_ref().map(|r| r.as_ref().map_err(|e| e.category())).ok(), elapsed = ?start.elapsed(), "reconcile finished");
         let m = &self.metrics;
         match result {
             Ok(Ok(Action::Done)) => {

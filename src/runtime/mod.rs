@@ -3,6 +3,7 @@
 //! Everything here is generic over any `kube::Resource`; nothing here may import
 //! `crate::api` or `crate::tfjob`.
 
+pub mod client;
 pub mod controller;
 pub mod delta_fifo;
 pub mod events;
@@ -15,6 +16,7 @@ pub mod leader_election;
 pub mod manager;
 pub mod metrics;
 pub mod object;
+pub mod ownership;
 pub mod reflector;
 pub mod server;
 pub mod store;

@@ -6,8 +6,12 @@
 
 pub mod children;
 pub mod conditions;
+pub mod controller;
 pub mod index_set;
+pub mod metrics;
+pub mod observer;
 pub mod plan;
 #[cfg(test)]
 mod plan_tests;
+pub mod reconcile;
 pub mod tf_config;

@@ -19,7 +19,7 @@ use kube::api::{Api, ListParams, PostParams};
 use tfjob_operator::runtime::events::{EventRecorderConfig, event_recorder};
 use tfjob_operator::runtime::leader_election::LeaderElectionConfig;
 use tfjob_operator::runtime::manager::{BoxError, Manager, ManagerConfig, ManagerError};
-use tfjob_operator::runtime::metrics::new_registry;
+use tfjob_operator::runtime::metrics::{SharedRegistry, encode, new_registry};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -46,8 +46,34 @@ impl Leadership {
     }
 }
 
+/// Present in [`Leadership::current`] for as long as it lives.
+struct Leading {
+    seen: Arc<Leadership>,
+    me: String,
+}
+
+impl Leading {
+    fn start(seen: Arc<Leadership>, me: String) -> Self {
+        {
+            let mut current = seen.current.lock().unwrap();
+            current.push(me.clone());
+            seen.max_at_once.fetch_max(current.len(), Ordering::SeqCst);
+        }
+        Self { seen, me }
+    }
+}
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        if let Ok(mut current) = self.seen.current.lock() {
+            current.retain(|id| id != &self.me);
+        }
+    }
+}
+
 struct Candidate {
     identity: String,
+    registry: SharedRegistry,
     stop: CancellationToken,
     run: JoinHandle<Result<(), ManagerError>>,
 }
@@ -84,19 +110,16 @@ fn start_candidate(
         "controller",
         true,
         move |token: CancellationToken| async move {
-            {
-                let mut current = seen.current.lock().unwrap();
-                current.push(me.clone());
-                seen.max_at_once.fetch_max(current.len(), Ordering::SeqCst);
-            }
+            // Dropped when the task ends or is aborted (a lost lease aborts).
+            let _leading = Leading::start(seen, me);
             token.cancelled().await;
-            seen.current.lock().unwrap().retain(|id| id != &me);
             Ok::<(), BoxError>(())
         },
     );
     let stop = manager.shutdown_token();
     Candidate {
         identity,
+        registry: manager.registry(),
         stop,
         run: tokio::spawn(manager.run()),
     }
@@ -136,6 +159,14 @@ async fn one_leader_at_a_time_and_a_released_lease_fails_over_quickly() {
     tokio::time::sleep(LEASE + RETRY).await;
     assert_eq!(seen.leaders(), vec!["a".to_owned()]);
     assert_eq!(holder(&client, &ns, lease).await.as_deref(), Some("a"));
+    let status = |c: &Candidate| {
+        let text = encode(&c.registry);
+        text.lines()
+            .find(|l| l.starts_with("leader_election_master_status{"))
+            .map(|l| l.ends_with(" 1"))
+    };
+    assert_eq!(status(&a), Some(true), "a reports itself leader");
+    assert_eq!(status(&b), Some(false), "b reports itself not leader");
 
     // A clean stop releases the Lease, so b need not wait out the lease duration.
     let stopped = Instant::now();

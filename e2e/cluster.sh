@@ -1,0 +1,463 @@
+#!/usr/bin/env bash
+# The local Kubernetes control plane for tests: real etcd, kube-apiserver,
+# kube-controller-manager and kube-scheduler, with KWOK playing the kubelet on
+# fake nodes. Everything listens on 127.0.0.1 only, on free ports.
+#
+#   cluster.sh up                  start (fresh data); if this dir's cluster is running, say so
+#   cluster.sh down                stop what `up` started (pid files), remove state, keep logs/
+#   cluster.sh restart <component> stop and start one component in place (same ports, same data)
+#   cluster.sh status              which components run, on which ports
+#
+# State lives in $TFJOB_CLUSTER_DIR (default <repo>/.cluster, gitignored):
+#   kubeconfig  admin kubeconfig        env      `source` it: KUBECONFIG, PATH, ETCD_URL, ...
+#   pki/        CA, serving and client certificates (X.509 v3: kube-rs refuses v1)
+#   logs/       one log per component    pids/    one pid file per component
+#   data/etcd   etcd's data              ports    the ports chosen at `up`
+set -euo pipefail
+export LOG_TAG=cluster
+# shellcheck source=e2e/lib.sh
+source "$(dirname "$0")/lib.sh"
+
+# Absolute, because pid ownership is checked against the path in each
+# component's command line.
+mkdir -p "$TFJOB_CLUSTER_DIR"
+D="$(cd "$TFJOB_CLUSTER_DIR" && pwd)"
+PKI="$D/pki"
+BIN="$(bin_dir)"
+# Shutdown order (reverse for start): the kubelet stand-in and the clients of
+# the API server first, etcd last: an API server whose etcd is gone hangs on
+# SIGTERM for a long time.
+COMPONENTS=(kwok kube-scheduler kube-controller-manager kube-apiserver etcd)
+NODES=4
+NODE_PODS=3000
+
+# ---------------------------------------------------------------- processes
+
+pid_of() { cat "$D/pids/$1.pid" 2>/dev/null || true; }
+
+# True when the pid file names a live process that is really ours: the pid may
+# have been reused, so its command line must mention this cluster dir (every
+# component gets a flag pointing into it).
+is_ours() {
+  local pid
+  pid=$(pid_of "$1")
+  [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$D/"
+}
+
+# Starts a component detached from this shell (its own session, so a Ctrl-C
+# in the terminal that ran `make` does not kill it half-way; `down` does).
+start_component() {
+  local name="$1"
+  shift
+  mkdir -p "$D/logs" "$D/pids"
+  # shellcheck disable=SC2016 # $$, $0 and $@ belong to the inner shell
+  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$D/pids/$name.pid" "$@" \
+    >>"$D/logs/$name.log" 2>&1 </dev/null &
+  # The pid file is written by the child before it execs; wait for it.
+  local i
+  for i in $(seq 50); do
+    [[ -s "$D/pids/$name.pid" ]] && return 0
+    sleep 0.1
+  done
+  die "$name did not start"
+}
+
+# SIGTERM, wait up to $2 seconds, then SIGKILL and wait for it to be gone.
+stop_component() {
+  local name="$1" grace="${2:-15}" pid
+  if ! is_ours "$name"; then
+    rm -f "$D/pids/$name.pid"
+    return 0
+  fi
+  pid=$(pid_of "$name")
+  kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + grace))
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "$name (pid $pid) still running ${grace}s after SIGTERM: SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  fi
+  rm -f "$D/pids/$name.pid"
+}
+
+fail_start() {
+  local name="$1" why="$2"
+  log "$name failed to start: $why"
+  log "last lines of $D/logs/$name.log:"
+  tail -n 30 "$D/logs/$name.log" >&2 || true
+  log "stopping what was started"
+  down_quietly
+  exit 1
+}
+
+# Polls `$2...` until it succeeds; gives up after $1 seconds.
+wait_for() {
+  local timeout="$1" name="$2"
+  shift 2
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    is_ours "$name" || fail_start "$name" "the process exited"
+    ((SECONDS < deadline)) || fail_start "$name" "not ready after ${timeout}s"
+    sleep 0.3
+  done
+}
+
+# ---------------------------------------------------------------- ports
+
+port_in_use() { ss -Htanl "sport = :$1" 2>/dev/null | grep -q .; }
+
+# A random free port in a range away from the usual ephemeral range, unique
+# within this run.
+pick_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 12000))
+    port_in_use "$p" && continue
+    [[ " ${PICKED[*]:-} " == *" $p "* ]] && continue
+    PICKED+=("$p")
+    echo "$p"
+    return
+  done
+}
+
+choose_ports() {
+  PICKED=()
+  ETCD_PORT=$(pick_port)
+  ETCD_PEER_PORT=$(pick_port)
+  APISERVER_PORT=$(pick_port)
+  KCM_PORT=$(pick_port)
+  SCHEDULER_PORT=$(pick_port)
+  cat >"$D/ports" <<EOF
+ETCD_PORT=$ETCD_PORT
+ETCD_PEER_PORT=$ETCD_PEER_PORT
+APISERVER_PORT=$APISERVER_PORT
+KCM_PORT=$KCM_PORT
+SCHEDULER_PORT=$SCHEDULER_PORT
+EOF
+}
+
+load_ports() {
+  [[ -f "$D/ports" ]] || die "no cluster in $D (run: make cluster-up)"
+  # shellcheck source=/dev/null
+  source "$D/ports"
+}
+
+# ---------------------------------------------------------------- certificates
+
+# Signs $name's key with the CA. The extension file matters: without one,
+# `openssl x509 -req` makes an X.509 v1 certificate, which kubectl accepts but
+# rustls (kube-rs) refuses with UnsupportedCertVersion.
+sign() {
+  local name="$1" subj="$2" usage="$3" san="${4:-}"
+  openssl genrsa -out "$PKI/$name.key" 2048 2>/dev/null
+  openssl req -new -key "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
+  {
+    echo "basicConstraints=CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    echo "extendedKeyUsage=$usage"
+    [[ -n "$san" ]] && echo "subjectAltName=$san"
+  } >"$PKI/$name.ext"
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+    -days 365 -sha256 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt" 2>/dev/null
+  rm -f "$PKI/$name.csr" "$PKI/$name.ext"
+}
+
+make_pki() {
+  mkdir -p "$PKI"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$PKI/ca.key" -out "$PKI/ca.crt" \
+    -days 365 -subj "/CN=tfjob-operator-e2e-ca" 2>/dev/null
+  sign apiserver "/CN=kube-apiserver" serverAuth \
+    "IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  sign admin "/O=system:masters/CN=admin" clientAuth
+  # The built-in RBAC roles know these two identities by name.
+  sign controller-manager "/CN=system:kube-controller-manager" clientAuth
+  sign scheduler "/CN=system:kube-scheduler" clientAuth
+  # KWOK stands in for the kubelets of all fake nodes at once (node status,
+  # leases, pod status and deletes in every namespace): the Node authorizer's
+  # one-node identity does not fit, so it is an admin.
+  sign kwok "/O=system:masters/CN=kwok" clientAuth
+  openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+}
+
+write_kubeconfig() {
+  local file="$1" user="$2"
+  cat >"$file" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: tfjob-e2e
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority: $PKI/ca.crt
+users:
+- name: $user
+  user:
+    client-certificate: $PKI/$user.crt
+    client-key: $PKI/$user.key
+contexts:
+- name: tfjob-e2e
+  context:
+    cluster: tfjob-e2e
+    user: $user
+current-context: tfjob-e2e
+EOF
+}
+
+write_env() {
+  cat >"$D/env" <<EOF
+# source this file: the local control plane started by e2e/cluster.sh
+export TFJOB_CLUSTER_DIR=$D
+export KUBECONFIG=$D/kubeconfig
+export PATH=$BIN:\$PATH
+export ETCD_URL=http://127.0.0.1:$ETCD_PORT
+export KUBE_APISERVER_URL=https://127.0.0.1:$APISERVER_PORT
+EOF
+}
+
+# ---------------------------------------------------------------- components
+
+start_etcd() {
+  start_component etcd "$BIN/etcd" --name e2e --data-dir "$D/data/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "e2e=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --log-level warn --quota-backend-bytes 8589934592
+  wait_for 30 etcd curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
+}
+
+admin_curl() {
+  curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+    "https://127.0.0.1:$APISERVER_PORT$1"
+}
+
+start_apiserver() {
+  start_component kube-apiserver "$BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --client-ca-file "$PKI/ca.crt" \
+    --service-account-issuer https://kubernetes.default.svc \
+    --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+    --service-cluster-ip-range 10.0.0.0/24 \
+    --authorization-mode Node,RBAC --allow-privileged=true \
+    --endpoint-reconciler-type none \
+    --watch-cache-sizes 'configmaps#0' \
+    --shutdown-watch-termination-grace-period 3s \
+    --profiling=false
+  # The grace period makes SIGTERM close open watches (the other components
+  # and tests hold some): without it the API server waits up to a minute for
+  # those connections and `down`/`restart` would end in SIGKILL.
+  # ConfigMaps bypass the watch cache (`configmaps#0`): their watches go
+  # straight to etcd, so an etcd compaction (support::compact_etcd) makes a
+  # ConfigMap watch from an older resourceVersion fail with 410 Gone at once.
+  # Cached kinds would keep serving it from the cache's history for minutes.
+  # /readyz includes the RBAC bootstrap roles: after it, system:masters and
+  # the controller identities are authorised.
+  wait_for 90 kube-apiserver admin_curl /readyz
+}
+
+start_controller_manager() {
+  start_component kube-controller-manager "$BIN/kube-controller-manager" \
+    --kubeconfig "$D/kubeconfigs/controller-manager" \
+    --authentication-kubeconfig "$D/kubeconfigs/controller-manager" \
+    --authorization-kubeconfig "$D/kubeconfigs/controller-manager" \
+    --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --leader-elect=false \
+    --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+    --use-service-account-credentials=true --controllers '*' \
+    --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+    --service-cluster-ip-range 10.0.0.0/24 \
+    --profiling=false
+  wait_for 60 kube-controller-manager curl -kfsS "https://127.0.0.1:$KCM_PORT/healthz"
+}
+
+start_scheduler() {
+  start_component kube-scheduler "$BIN/kube-scheduler" \
+    --kubeconfig "$D/kubeconfigs/scheduler" \
+    --authentication-kubeconfig "$D/kubeconfigs/scheduler" \
+    --authorization-kubeconfig "$D/kubeconfigs/scheduler" \
+    --bind-address 127.0.0.1 --secure-port "$SCHEDULER_PORT" --leader-elect=false \
+    --profiling=false
+  wait_for 60 kube-scheduler curl -kfsS "https://127.0.0.1:$SCHEDULER_PORT/healthz"
+}
+
+kubectl_admin() { "$BIN/kubectl" --kubeconfig "$D/kubeconfig" "$@"; }
+
+nodes_ready() {
+  local ready
+  ready=$(kubectl_admin get nodes -l type=kwok \
+    -o 'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True)
+  ((ready == NODES))
+}
+
+create_nodes() {
+  local i
+  for i in $(seq 0 $((NODES - 1))); do
+    cat <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: kwok-node-$i
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    type: kwok
+    kubernetes.io/hostname: kwok-node-$i
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+status:
+  # The kubelet's default of 110 pods per node would leave large tests Pending
+  # with "Too many pods".
+  capacity: {cpu: "1000", memory: 4Ti, pods: "$NODE_PODS"}
+  allocatable: {cpu: "1000", memory: 4Ti, pods: "$NODE_PODS"}
+---
+EOF
+  done | kubectl_admin apply -f - >/dev/null
+}
+
+start_kwok() {
+  # A new KWOK instance holds node Leases under a new identity; it manages a
+  # node's pods only once it holds that node's Lease. Left over from a previous
+  # KWOK (`restart kwok`), the Leases would block it until they expire (40 s).
+  local leases=()
+  local i
+  for i in $(seq 0 $((NODES - 1))); do leases+=("kwok-node-$i"); done
+  kubectl_admin -n kube-node-lease delete lease "${leases[@]}" --ignore-not-found >/dev/null
+  # KWOK binds no port unless asked (no --server-address): nothing to choose.
+  start_component kwok "$BIN/kwok" --kubeconfig "$D/kubeconfigs/kwok" \
+    --manage-all-nodes=true --cidr 10.244.0.0/16 --node-ip 127.0.0.1 \
+    --node-lease-duration-seconds 40 -c "$D/kwok-stages.yaml"
+  wait_for 60 kwok nodes_ready
+}
+
+start_one() {
+  case "$1" in
+    etcd) start_etcd ;;
+    kube-apiserver | apiserver) start_apiserver ;;
+    kube-controller-manager | controller-manager) start_controller_manager ;;
+    kube-scheduler | scheduler) start_scheduler ;;
+    kwok) start_kwok ;;
+    *) die "unknown component '$1' (one of: ${COMPONENTS[*]})" ;;
+  esac
+}
+
+canonical() {
+  case "$1" in
+    apiserver) echo kube-apiserver ;;
+    controller-manager) echo kube-controller-manager ;;
+    scheduler) echo kube-scheduler ;;
+    *) echo "$1" ;;
+  esac
+}
+
+# ---------------------------------------------------------------- commands
+
+running_components() {
+  local c n=0
+  for c in "${COMPONENTS[@]}"; do is_ours "$c" && n=$((n + 1)); done
+  echo "$n"
+}
+
+down_quietly() {
+  local c
+  for c in "${COMPONENTS[@]}"; do stop_component "$c" 15; done
+  # Keep logs/ for a post-mortem; everything else goes.
+  rm -rf "$D/data" "$D/pki" "$D/kubeconfigs" "$D/pids" "$D/kubeconfig" "$D/env" "$D/kwok-stages.yaml"
+}
+
+cmd_down() {
+  [[ -d "$D" ]] || { log "no cluster in $D"; return 0; }
+  local ports=""
+  [[ -f "$D/ports" ]] && ports=$(cut -d= -f2 "$D/ports" | tr '\n' ' ')
+  down_quietly
+  rm -f "$D/ports"
+  # Prove nothing leaked: no process of ours, none of our ports still bound.
+  local p leaked=""
+  for p in $ports; do port_in_use "$p" && leaked+=" $p"; done
+  [[ -z "$leaked" ]] || die "ports still in use after down:$leaked"
+  log "local control plane stopped; data removed (logs kept in $D/logs)"
+}
+
+cmd_up() {
+  local n
+  n=$(running_components)
+  if ((n == ${#COMPONENTS[@]})) && [[ -f "$D/kubeconfig" ]]; then
+    log "already running from $D; 'make cluster-down' first for a fresh one"
+    echo "KUBECONFIG=$D/kubeconfig"
+    echo "source $D/env   # kubectl/helm on PATH, KUBECONFIG, ETCD_URL, KUBE_APISERVER_URL"
+    return 0
+  fi
+  if ((n > 0)); then
+    log "a partial cluster is running from $D ($n of ${#COMPONENTS[@]} components): stopping it first"
+  fi
+  down_quietly
+  [[ -x "$BIN/kube-apiserver" ]] || bash "$E2E_DIR/tools.sh"
+
+  local start=$SECONDS
+  mkdir -p "$D/data" "$D/kubeconfigs"
+  # Logs of the previous run move aside rather than mix with this one's.
+  if [[ -d "$D/logs" ]]; then rm -rf "$D/logs.prev" && mv "$D/logs" "$D/logs.prev"; fi
+  mkdir -p "$D/logs"
+  cp "$E2E_DIR/kwok/stages.yaml" "$D/kwok-stages.yaml"
+  choose_ports
+  make_pki
+  write_kubeconfig "$D/kubeconfig" admin
+  write_kubeconfig "$D/kubeconfigs/controller-manager" controller-manager
+  write_kubeconfig "$D/kubeconfigs/scheduler" scheduler
+  write_kubeconfig "$D/kubeconfigs/kwok" kwok
+  write_env
+
+  log "starting etcd on 127.0.0.1:$ETCD_PORT"
+  start_etcd
+  log "starting kube-apiserver on 127.0.0.1:$APISERVER_PORT"
+  start_apiserver
+  log "starting kube-controller-manager and kube-scheduler"
+  start_controller_manager
+  start_scheduler
+  log "creating $NODES fake nodes and starting KWOK"
+  create_nodes
+  start_kwok
+  log "local control plane up in $((SECONDS - start)) s ($KUBE_VERSION, etcd $ETCD_VERSION, KWOK $KWOK_VERSION)"
+  echo "KUBECONFIG=$D/kubeconfig"
+  echo "source $D/env   # kubectl/helm on PATH, KUBECONFIG, ETCD_URL, KUBE_APISERVER_URL"
+}
+
+cmd_restart() {
+  local name
+  name=$(canonical "${1:?usage: cluster.sh restart <component>}")
+  load_ports
+  [[ " ${COMPONENTS[*]} " == *" $name "* ]] || die "unknown component '$1' (one of: ${COMPONENTS[*]})"
+  log "restarting $name in place"
+  stop_component "$name" 20
+  start_one "$name"
+  log "$name is back"
+}
+
+cmd_status() {
+  [[ -f "$D/ports" ]] || { echo "no cluster in $D"; return 1; }
+  load_ports
+  local c rc=0
+  for c in "${COMPONENTS[@]}"; do
+    if is_ours "$c"; then
+      printf '%-24s running  pid %s\n' "$c" "$(pid_of "$c")"
+    else
+      printf '%-24s STOPPED\n' "$c"
+      rc=1
+    fi
+  done
+  echo "etcd        http://127.0.0.1:$ETCD_PORT"
+  echo "apiserver   https://127.0.0.1:$APISERVER_PORT"
+  echo "kubeconfig  $D/kubeconfig"
+  return $rc
+}
+
+case "${1:-}" in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  restart) cmd_restart "${2:-}" ;;
+  status) cmd_status ;;
+  *) die "usage: cluster.sh up|down|restart <component>|status" ;;
+esac

@@ -1,0 +1,1 @@
+//! Placeholder so the manifest is valid; see Cargo.toml. Never built.

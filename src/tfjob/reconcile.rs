@@ -1,0 +1,490 @@
+//! One reconcile of one TFJob: **observe** (the job and its children from the
+//! informer caches) → **plan** (pure, [`super::plan`]) → **apply** (API writes,
+//! raising expectations first) → **status** (written only when it changed).
+//!
+//! This is sample-controller's `syncHandler` and Kubeflow's `ReconcileJobs`.
+//! Two rules it never breaks:
+//! - never act on children while expectations are unmet: the cache may not
+//!   show our own recent creates yet, and acting would duplicate Pods;
+//! - never mutate an object from the cache: objects are `Arc`s shared with
+//!   every other reader; the status write sends a modified clone.
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::{Client, Resource};
+
+use crate::api::TFJob;
+use crate::api::constants::{LABEL_JOB_NAME, event};
+use crate::runtime::events::EventRecorder;
+use crate::runtime::expectations::{EXPECTATIONS_TTL, Expectations};
+use crate::runtime::ownership::{adopt, claim, release};
+use crate::runtime::{CONTROLLER_UID_INDEX, Indexer, Object, ObjectKey};
+
+use super::children::owner_reference;
+use super::metrics::JobMetrics;
+use super::plan::{Action, Observed, Plan, PlanConfig, plan};
+
+/// How many creates or deletes one reconcile issues at once. A 500-worker
+/// job would take seconds one write at a time; the API server takes these
+/// in parallel easily.
+pub const DEFAULT_WRITE_CONCURRENCY: usize = 16;
+
+/// After a status-write conflict, look again this soon even if no event comes.
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+
+/// The index (on the Pod and Service informers) of children by job name:
+/// how orphans that match a job are found without a scan.
+pub const JOB_NAME_INDEX: &str = "job-name";
+
+/// A reconcile that did not complete; the controller retries it with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("failed to {verb} {kind} {name}")]
+    Write {
+        verb: &'static str,
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("failed to write the status of {key}")]
+    Status {
+        key: ObjectKey,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl SyncError {
+    /// A stable label for metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            SyncError::Write { .. } => "write",
+            SyncError::Status { source, .. } if is_conflict(source) => "conflict",
+            SyncError::Status { .. } => "status",
+        }
+    }
+}
+
+fn is_status(err: &kube::Error, code: u16) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == code)
+}
+
+fn is_conflict(err: &kube::Error) -> bool {
+    is_status(err, 409)
+}
+
+/// Everything a reconcile reads and writes through.
+#[derive(Clone)]
+pub struct TfJobReconciler {
+    pub client: Client,
+    pub jobs: Indexer<TFJob>,
+    pub pods: Indexer<Pod>,
+    pub services: Indexer<Service>,
+    pub expectations: Expectations,
+    pub recorder: EventRecorder,
+    pub metrics: JobMetrics,
+    pub plan_config: PlanConfig,
+    pub write_concurrency: usize,
+}
+
+impl TfJobReconciler {
+    /// Reconciles (syncs) the job at `key`; `Some(d)` asks to be called again after `d`.
+    pub async fn sync(&self, key: &ObjectKey) -> Result<Option<Duration>, SyncError> {
+        // Observe. A job gone from the cache was deleted: its children go
+        // with it through garbage collection (they carry its ownerReference).
+        let Some(job) = self.jobs.get(key) else {
+            self.expectations.forget(key);
+            return Ok(None);
+        };
+        if !self.expectations.satisfied(key) {
+            // The informer will enqueue the job again as it observes our
+            // writes; the requeue is only a safety net for a lost event.
+            tracing::debug!(%key, "expectations not yet met; waiting for the cache");
+            return Ok(Some(EXPECTATIONS_TTL));
+        }
+        let pods = self.claim_children(&job, &self.pods).await?;
+        let services = self.claim_children(&job, &self.services).await?;
+
+        // Plan (pure).
+        let plan = plan(
+            &Observed {
+                job: &job,
+                pods: &pods,
+                services: &services,
+                now: jiff::Timestamp::now(),
+            },
+            &self.plan_config,
+        );
+        if !plan.manage {
+            return Ok(None);
+        }
+        tracing::debug!(
+            target: "pipeline",
+            stage = "6 reconcile",
+            key = %key,
+            pods = pods.len(),
+            services = services.len(),
+            writes = plan.actions.len(),
+            status_changed = job.status.as_ref() != Some(&plan.status),
+            requeue_after = ?plan.requeue_after,
+            "observed the cache, planned"
+        );
+
+        // Apply, then write status. Events first: they explain the writes.
+        for e in &plan.events {
+            self.recorder.publish(
+                job.as_ref(),
+                event_type(e.warning),
+                e.reason,
+                e.message.clone(),
+            );
+        }
+        let applied = self.apply(key, &job, &plan).await;
+        match self.write_status(key, &job, &plan).await {
+            // Our cached copy was older than the server's: the watch event
+            // for the newer version is on its way and will enqueue the job
+            // again, so this is not an error worth a backoff. The short
+            // requeue is only a safety net.
+            Err(SyncError::Status { source, .. }) if is_conflict(&source) => {
+                tracing::debug!(%key, "status changed since it was cached; waiting for the newer version");
+                applied?;
+                return Ok(Some(CONFLICT_RETRY));
+            }
+            other => other?,
+        }
+        applied?;
+        Ok(plan.requeue_after)
+    }
+
+    /// The job's children: those it controls whose labels still match, plus
+    /// matching orphans it adopts; children relabelled away are released
+    /// (kubernetes/kubernetes' `ControllerRefManager`, see [`crate::runtime::ownership`]).
+    async fn claim_children<K: Object + Resource<Scope = k8s_openapi::NamespaceResourceScope>>(
+        &self,
+        job: &Arc<TFJob>,
+        cache: &Indexer<K>,
+    ) -> Result<Vec<Arc<K>>, SyncError> {
+        let (Some(name), Some(namespace), Some(uid)) = (
+            job.metadata.name.as_deref(),
+            job.metadata.namespace.as_deref(),
+            job.metadata.uid.as_deref(),
+        ) else {
+            return Ok(Vec::new());
+        };
+        let mut candidates = cache.by_index(CONTROLLER_UID_INDEX, uid);
+        for obj in cache.by_index(JOB_NAME_INDEX, name) {
+            let same_ns = obj.meta().namespace.as_deref() == Some(namespace);
+            if same_ns && !candidates.iter().any(|c| c.meta().uid == obj.meta().uid) {
+                candidates.push(obj);
+            }
+        }
+        let selector = [(LABEL_JOB_NAME.to_owned(), name.to_owned())].into();
+        let claimed = claim(uid, &selector, candidates);
+        let mut owned = claimed.owned;
+        if claimed.adopt.is_empty() && claimed.release.is_empty() {
+            return Ok(owned);
+        }
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        for child in &claimed.release {
+            if let Err(e) = release(&api, child.as_ref(), uid).await
+                && !is_status(&e, 404)
+                && !is_status(&e, 409)
+            {
+                return Err(write_error(
+                    "release",
+                    "child",
+                    child_name(child.as_ref()),
+                    e,
+                ));
+            }
+        }
+        if claimed.adopt.is_empty() {
+            return Ok(owned);
+        }
+        // Adopt only into a job that really exists and is not being deleted:
+        // the cache may be behind a delete, so read the API server directly.
+        let jobs: Api<TFJob> = Api::namespaced(self.client.clone(), namespace);
+        let fresh = jobs
+            .get_opt(name)
+            .await
+            .map_err(|e| write_error("read", "tfjob", name.to_owned(), e))?;
+        let alive = fresh.is_some_and(|j| {
+            j.metadata.uid.as_deref() == Some(uid) && j.metadata.deletion_timestamp.is_none()
+        });
+        let Some(owner) = owner_reference(job).filter(|_| alive) else {
+            return Ok(owned);
+        };
+        for child in claimed.adopt {
+            match adopt(&api, child.as_ref(), &owner).await {
+                Ok(adopted) => {
+                    tracing::info!(job = %name, kind = %K::kind(&()), child = %child_name(&adopted), "adopted an orphan");
+                    owned.push(Arc::new(adopted));
+                }
+                Err(e) if is_status(&e, 404) || is_status(&e, 409) || is_status(&e, 422) => {}
+                Err(e) => return Err(write_error("adopt", "child", child_name(child.as_ref()), e)),
+            }
+        }
+        Ok(owned)
+    }
+
+    async fn apply(&self, key: &ObjectKey, job: &Arc<TFJob>, plan: &Plan) -> Result<(), SyncError> {
+        let namespace = job.metadata.namespace.clone().unwrap_or_default();
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let services: Api<Service> = Api::namespaced(self.client.clone(), &namespace);
+        let jobs: Api<TFJob> = Api::namespaced(self.client.clone(), &namespace);
+
+        // Raise expectations before the first write, so an informer event
+        // that beats our bookkeeping still finds it.
+        let creates = plan
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::CreatePod(_) | Action::CreateService(_)))
+            .count();
+        let deleted_uids: Vec<&str> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeletePod { uid: Some(uid), .. } => Some(uid.as_str()),
+                _ => None,
+            })
+            .collect();
+        if creates > 0 {
+            self.expectations.expect_creations(key, creates);
+        }
+        if !deleted_uids.is_empty() {
+            self.expectations.expect_deletions(key, &deleted_uids);
+        }
+
+        let writes: Vec<_> = plan
+            .actions
+            .iter()
+            .map(|action| self.apply_one(key, job, action, &pods, &services, &jobs))
+            .collect();
+        let results: Vec<Result<(), SyncError>> = futures::stream::iter(writes)
+            .buffer_unordered(self.write_concurrency.max(1))
+            .collect()
+            .await;
+        results.into_iter().find(Result::is_err).unwrap_or(Ok(()))
+    }
+
+    async fn apply_one(
+        &self,
+        key: &ObjectKey,
+        job: &Arc<TFJob>,
+        action: &Action,
+        pods: &Api<Pod>,
+        services: &Api<Service>,
+        jobs: &Api<TFJob>,
+    ) -> Result<(), SyncError> {
+        let job = job.as_ref();
+        match action {
+            Action::CreatePod(pod) => {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                match pods.create(&PostParams::default(), pod).await {
+                    Ok(_) => {
+                        self.recorder.normal(
+                            job,
+                            event::SUCCESSFUL_CREATE_POD,
+                            format!("Created pod: {name}"),
+                        );
+                        Ok(())
+                    }
+                    // Created by an earlier run whose informer had not caught up:
+                    // it will be observed (or adopted) like any other child.
+                    Err(e) if is_status(&e, 409) => {
+                        self.expectations.creation_failed(key);
+                        Ok(())
+                    }
+                    Err(source) => {
+                        self.expectations.creation_failed(key);
+                        self.recorder.warning(
+                            job,
+                            event::FAILED_CREATE_POD,
+                            format!("Error creating: {source}"),
+                        );
+                        Err(write_error("create", "pod", name, source))
+                    }
+                }
+            }
+            Action::CreateService(svc) => {
+                let name = svc.metadata.name.clone().unwrap_or_default();
+                match services.create(&PostParams::default(), svc).await {
+                    Ok(_) => {
+                        self.recorder.normal(
+                            job,
+                            event::SUCCESSFUL_CREATE_SERVICE,
+                            format!("Created service: {name}"),
+                        );
+                        Ok(())
+                    }
+                    Err(e) if is_status(&e, 409) => {
+                        self.expectations.creation_failed(key);
+                        Ok(())
+                    }
+                    Err(source) => {
+                        self.expectations.creation_failed(key);
+                        self.recorder.warning(
+                            job,
+                            event::FAILED_CREATE_SERVICE,
+                            format!("Error creating: {source}"),
+                        );
+                        Err(write_error("create", "service", name, source))
+                    }
+                }
+            }
+            Action::DeletePod { name, uid } => {
+                let params = DeleteParams {
+                    preconditions: uid.clone().map(|uid| Preconditions {
+                        uid: Some(uid),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                match pods.delete(name, &params).await {
+                    Ok(_) => {
+                        self.recorder.normal(
+                            job,
+                            event::SUCCESSFUL_DELETE_POD,
+                            format!("Deleted pod: {name}"),
+                        );
+                        Ok(())
+                    }
+                    // Already gone (404) or replaced by a newer Pod (409 on the
+                    // uid precondition): nothing left to delete.
+                    Err(e) if is_status(&e, 404) || is_status(&e, 409) => {
+                        if let Some(uid) = uid {
+                            self.expectations.deletion_failed(key, uid);
+                        }
+                        Ok(())
+                    }
+                    Err(source) => {
+                        if let Some(uid) = uid {
+                            self.expectations.deletion_failed(key, uid);
+                        }
+                        self.recorder.warning(
+                            job,
+                            event::FAILED_DELETE_POD,
+                            format!("Error deleting: {source}"),
+                        );
+                        Err(write_error("delete", "pod", name.clone(), source))
+                    }
+                }
+            }
+            Action::DeleteService { name } => {
+                match services.delete(name, &DeleteParams::default()).await {
+                    Ok(_) => {
+                        self.recorder.normal(
+                            job,
+                            event::SUCCESSFUL_DELETE_SERVICE,
+                            format!("Deleted service: {name}"),
+                        );
+                        Ok(())
+                    }
+                    Err(e) if is_status(&e, 404) => Ok(()),
+                    Err(source) => {
+                        self.recorder.warning(
+                            job,
+                            event::FAILED_DELETE_SERVICE,
+                            format!("Error deleting: {source}"),
+                        );
+                        Err(write_error("delete", "service", name.clone(), source))
+                    }
+                }
+            }
+            Action::DeleteJob => {
+                let name = job.metadata.name.clone().unwrap_or_default();
+                let params = DeleteParams {
+                    preconditions: job.metadata.uid.clone().map(|uid| Preconditions {
+                        uid: Some(uid),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::background()
+                };
+                match jobs.delete(&name, &params).await {
+                    Ok(_) => {
+                        self.recorder.normal(
+                            job,
+                            event::SUCCESSFUL_DELETE_JOB,
+                            format!("Deleted job: {name} (ttlSecondsAfterFinished passed)"),
+                        );
+                        Ok(())
+                    }
+                    Err(e) if is_status(&e, 404) => Ok(()),
+                    Err(source) => {
+                        self.recorder.warning(
+                            job,
+                            event::FAILED_DELETE_JOB,
+                            format!("Error deleting: {source}"),
+                        );
+                        Err(write_error("delete", "tfjob", name, source))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes the planned status if it differs from the cached one. The
+    /// cached resourceVersion makes it a compare-and-swap: if the job changed
+    /// since we read it, the write fails with 409 and the reconcile is
+    /// retried against the newer object, so a stale cache never overwrites
+    /// newer status (e.g. a restart count).
+    async fn write_status(
+        &self,
+        key: &ObjectKey,
+        job: &Arc<TFJob>,
+        plan: &Plan,
+    ) -> Result<(), SyncError> {
+        if job.status.as_ref() == Some(&plan.status) {
+            return Ok(());
+        }
+        let namespace = job.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<TFJob> = Api::namespaced(self.client.clone(), &namespace);
+        let mut updated = TFJob::clone(job);
+        updated.status = Some(plan.status.clone());
+        updated.meta_mut().managed_fields = None;
+        match api
+            .replace_status(&key.name, &PostParams::default(), &updated)
+            .await
+        {
+            Ok(_) => {
+                self.metrics
+                    .record_transition(&namespace, job.status.as_ref(), &plan.status);
+                Ok(())
+            }
+            Err(source) => Err(SyncError::Status {
+                key: key.clone(),
+                source,
+            }),
+        }
+    }
+}
+
+fn child_name<K: Resource>(obj: &K) -> String {
+    obj.meta().name.clone().unwrap_or_default()
+}
+
+fn write_error(
+    verb: &'static str,
+    kind: &'static str,
+    name: String,
+    source: kube::Error,
+) -> SyncError {
+    SyncError::Write {
+        verb,
+        kind,
+        name,
+        source,
+    }
+}
+
+fn event_type(warning: bool) -> crate::runtime::events::EventType {
+    if warning {
+        crate::runtime::events::EventType::Warning
+    } else {
+        crate::runtime::events::EventType::Normal
+    }
+}

@@ -1,0 +1,196 @@
+//! Runs the operator binary against the local control plane for a test:
+//! one process per test, watching only the test's namespace (and holding its
+//! leader-election Lease there), so tests run in parallel without seeing each
+//! other's jobs. Dropping an [`Operator`] kills its process.
+//!
+//! Also installs the CRD (once per test binary) from `crds/`, exactly as a
+//! user would: `kubectl apply -f crds/`.
+#![allow(dead_code)] // Each test module uses a different subset.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::Api;
+use tokio::sync::OnceCell;
+
+use crate::support::{cluster_dir, kubectl, run_ok, wait_until};
+
+static CRD_INSTALLED: OnceCell<()> = OnceCell::const_new();
+
+/// Applies `crds/kubeflow.org_tfjobs.yaml` (once) and waits until it is Established.
+pub async fn ensure_crd(client: &Client) {
+    CRD_INSTALLED
+        .get_or_init(|| async {
+            let crd = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/kubeflow.org_tfjobs.yaml");
+            run_ok(kubectl().args(["apply", "--server-side", "--force-conflicts", "-f", crd]));
+            let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+            wait_until(
+                "the TFJob CRD to be Established",
+                Duration::from_secs(30),
+                || async {
+                    let crd = crds.get_opt("tfjobs.kubeflow.org").await.ok().flatten()?;
+                    let established = crd
+                        .status?
+                        .conditions?
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True");
+                    established.then_some(())
+                },
+            )
+            .await;
+        })
+        .await;
+}
+
+/// A free loopback port (bound, then released for the operator to take).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// An operator process watching one namespace.
+pub struct Operator {
+    child: Option<Child>,
+    pub namespace: String,
+    pub metrics_port: u16,
+    pub probe_port: u16,
+    pub log: PathBuf,
+}
+
+impl Operator {
+    /// Starts the operator for `namespace` with the admin kubeconfig.
+    pub fn start(namespace: &str) -> Self {
+        Self::start_with(namespace, &[], None)
+    }
+
+    /// Starts the operator with extra flags and, optionally, another kubeconfig.
+    pub fn start_with(namespace: &str, extra_args: &[&str], kubeconfig: Option<PathBuf>) -> Self {
+        let metrics_port = free_port();
+        let probe_port = free_port();
+        let logs = cluster_dir().join("logs");
+        std::fs::create_dir_all(&logs).expect("the cluster logs dir");
+        let log = logs.join(format!("operator-{namespace}-{metrics_port}.log"));
+        let file = std::fs::File::create(&log).expect("the operator log file");
+        let kubeconfig = kubeconfig.unwrap_or_else(|| cluster_dir().join("kubeconfig"));
+        let child = Command::new(env!("CARGO_BIN_EXE_tfjob-operator"))
+            .arg("run")
+            .args(["--namespace", namespace])
+            .args(["--leader-election-namespace", namespace])
+            .args([
+                "--metrics-bind-address",
+                &format!("127.0.0.1:{metrics_port}"),
+            ])
+            .args([
+                "--health-probe-bind-address",
+                &format!("127.0.0.1:{probe_port}"),
+            ])
+            .args(["--log-level", "info,tfjob_operator=debug"])
+            .args(extra_args)
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("WATCH_NAMESPACE")
+            .stdout(Stdio::from(file.try_clone().expect("a log file handle")))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("failed to start the operator binary");
+        Self {
+            child: Some(child),
+            namespace: namespace.to_owned(),
+            metrics_port,
+            probe_port,
+            log,
+        }
+    }
+
+    /// Waits until `/readyz` answers 200 (caches synced).
+    pub async fn wait_ready(&mut self) {
+        let port = self.probe_port;
+        let log = self.log.clone();
+        let child = self.child.as_mut().expect("a running operator");
+        wait_until(
+            &format!("the operator to be ready (log: {})", log.display()),
+            Duration::from_secs(60),
+            || {
+                let exited = child.try_wait().ok().flatten();
+                let log = log.clone();
+                async move {
+                    if let Some(status) = exited {
+                        let tail = std::fs::read_to_string(&log).unwrap_or_default();
+                        panic!("the operator exited with {status}:\n{tail}");
+                    }
+                    http_get(port, "/readyz")
+                        .filter(|(code, _)| *code == 200)
+                        .map(|_| ())
+                }
+            },
+        )
+        .await;
+    }
+
+    /// The operator's `/metrics` text.
+    pub fn metrics(&self) -> String {
+        http_get(self.metrics_port, "/metrics")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    }
+
+    /// The operator's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL: no graceful shutdown, no Lease release (a crash).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then wait for the process to exit; returns whether it exited in time.
+    pub fn terminate(&mut self, within: Duration) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return true;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A minimal HTTP/1.0 GET on loopback: (status code, body).
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((code, body))
+}

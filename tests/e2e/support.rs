@@ -1,0 +1,469 @@
+//! Helpers every end-to-end test uses to talk to the local control plane that
+//! `e2e/cluster.sh up` started (real etcd, kube-apiserver, kube-controller-manager,
+//! kube-scheduler; KWOK as the kubelet).
+//!
+//! What this must never do: start or stop the whole cluster (that is
+//! `e2e/run-suite.sh`'s job, once per suite), touch objects outside the test's
+//! own namespace except the few cluster-wide things a helper documents, or fall
+//! back to a cluster it was not pointed at: without `.cluster/kubeconfig` (or
+//! `KUBECONFIG`) it panics with the command to run.
+//!
+//! Mirrors: the `test/e2e/framework` helpers of kubernetes/kubernetes
+//! (`CreateTestingNS`, `wait.PollUntilContextTimeout`) and envtest's
+//! kubeconfig plumbing in controller-runtime (`pkg/envtest`).
+
+#![allow(dead_code)] // Each test module uses a different subset.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
+
+/// The pinned Kubernetes version (`KUBE_VERSION` in `e2e/versions.env`).
+pub const KUBE_VERSION: &str = pinned("KUBE_VERSION");
+/// The pinned Helm version (`HELM_VERSION` in `e2e/versions.env`).
+pub const HELM_VERSION: &str = pinned("HELM_VERSION");
+
+/// Pod annotations the KWOK stages in `e2e/kwok/stages.yaml` act on.
+pub const EXIT_CODE_ANNOTATION: &str = "e2e.tfjob-operator.local/exit-code";
+pub const EXIT_CONTAINER_ANNOTATION: &str = "e2e.tfjob-operator.local/exit-container";
+pub const EXIT_REASON_ANNOTATION: &str = "e2e.tfjob-operator.local/exit-reason";
+
+/// How long `drive_pod_exit` waits for KWOK to act.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(30);
+const POLL_EVERY: Duration = Duration::from_millis(200);
+
+const VERSIONS_ENV: &str = include_str!("../../e2e/versions.env");
+
+/// Reads `KEY=value` from `e2e/versions.env` at compile time, so the tests and
+/// the harness can never disagree about the pinned versions.
+const fn pinned(key: &str) -> &'static str {
+    let text = VERSIONS_ENV.as_bytes();
+    let key = key.as_bytes();
+    let mut line_start = 0;
+    while line_start < text.len() {
+        let mut line_end = line_start;
+        while line_end < text.len() && text[line_end] != b'\n' {
+            line_end += 1;
+        }
+        let mut matches = line_end - line_start > key.len() && text[line_start + key.len()] == b'=';
+        let mut i = 0;
+        while matches && i < key.len() {
+            matches = text[line_start + i] == key[i];
+            i += 1;
+        }
+        if matches {
+            let (_, rest) = text.split_at(line_start + key.len() + 1);
+            let (value, _) = rest.split_at(line_end - line_start - key.len() - 1);
+            return match std::str::from_utf8(value) {
+                Ok(v) => v,
+                Err(_) => panic!("e2e/versions.env is not UTF-8"),
+            };
+        }
+        line_start = line_end + 1;
+    }
+    panic!("a key is missing from e2e/versions.env")
+}
+
+/// The cluster state directory: `$TFJOB_CLUSTER_DIR`, default `<repo>/.cluster`.
+pub fn cluster_dir() -> PathBuf {
+    std::env::var_os("TFJOB_CLUSTER_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".cluster"))
+}
+
+/// A value the harness exported in `<cluster dir>/env` (`ETCD_URL`,
+/// `KUBE_APISERVER_URL`, ...); the process environment wins when set.
+pub fn cluster_env(key: &str) -> Option<String> {
+    if let Ok(v) = std::env::var(key) {
+        return Some(v);
+    }
+    let text = std::fs::read_to_string(cluster_dir().join("env")).ok()?;
+    text.lines()
+        .filter_map(|l| l.strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v.to_string())
+}
+
+/// The directory of the harness-built kubectl, helm, kwok, etcd (first on the
+/// `PATH` line of the env file). Never the machine's own `/usr/bin/kubectl`.
+pub fn bin_dir() -> PathBuf {
+    let text = std::fs::read_to_string(cluster_dir().join("env"))
+        .unwrap_or_else(|e| panic!("no local cluster ({e}): run `make cluster-up`"));
+    text.lines()
+        .find_map(|l| l.strip_prefix("export PATH="))
+        .and_then(|p| p.split(':').next())
+        .map(PathBuf::from)
+        .expect("the cluster env file has no PATH line")
+}
+
+fn kubeconfig_path() -> PathBuf {
+    let own = cluster_dir().join("kubeconfig");
+    if own.exists() {
+        return own;
+    }
+    match std::env::var_os("KUBECONFIG") {
+        Some(p) => PathBuf::from(p),
+        None => panic!(
+            "no kubeconfig at {} and KUBECONFIG is unset: run `make cluster-up` (or `make e2e`)",
+            own.display()
+        ),
+    }
+}
+
+/// A client for the admin user of the local cluster
+/// (`$TFJOB_CLUSTER_DIR/kubeconfig`, else `KUBECONFIG`).
+pub async fn client() -> Client {
+    let path = kubeconfig_path();
+    let kubeconfig = Kubeconfig::read_from(&path)
+        .unwrap_or_else(|e| panic!("failed to read {}: {e}", path.display()));
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("failed to load {}: {e}", path.display()));
+    Client::try_from(config).expect("failed to build a kube client")
+}
+
+/// A client that authenticates with a bearer `token` instead of the admin
+/// certificate (same server, same CA): e.g. a ServiceAccount's token.
+pub async fn client_with_token(token: &str) -> Client {
+    let path = kubeconfig_path();
+    let mut kubeconfig = Kubeconfig::read_from(&path).expect("failed to read the kubeconfig");
+    for named in &mut kubeconfig.auth_infos {
+        named.auth_info = Some(kube::config::AuthInfo {
+            token: Some(token.to_string().into()),
+            ..Default::default()
+        });
+    }
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("failed to build a token config");
+    Client::try_from(config).expect("failed to build a kube client")
+}
+
+/// The harness-built kubectl, already pointed at the cluster's kubeconfig.
+pub fn kubectl() -> Command {
+    let mut cmd = Command::new(bin_dir().join("kubectl"));
+    cmd.env("KUBECONFIG", kubeconfig_path());
+    cmd
+}
+
+/// The harness-built helm, already pointed at the cluster's kubeconfig.
+pub fn helm() -> Command {
+    let mut cmd = Command::new(bin_dir().join("helm"));
+    cmd.env("KUBECONFIG", kubeconfig_path());
+    cmd
+}
+
+/// Runs a command and returns its stdout; panics with stderr when it fails.
+pub fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("failed to run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A lowercase random suffix for names that must not collide across tests.
+pub fn random_suffix() -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..6)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// Creates a fresh namespace `<prefix>-<random>` and returns its name. Waits
+/// for its `default` ServiceAccount (made by kube-controller-manager): until
+/// it exists the API server refuses Pods in the namespace.
+pub async fn test_namespace(client: &Client, prefix: &str) -> String {
+    let name = format!("{prefix}-{}", random_suffix());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": name, "labels": { "tfjob-operator.e2e/test-namespace": "true" } }
+    }))
+    .expect("a valid Namespace");
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap_or_else(|e| panic!("failed to create namespace {name}: {e}"));
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+    wait_until(
+        &format!("the default ServiceAccount in {name}"),
+        Duration::from_secs(30),
+        || async { accounts.get_opt("default").await.ok().flatten() },
+    )
+    .await;
+    name
+}
+
+/// Deletes a test namespace (and so everything in it) without waiting for the
+/// namespace controller to finish. Optional: the suite's cluster is thrown
+/// away afterwards; useful for tests that create many objects.
+pub async fn delete_namespace(client: &Client, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    match namespaces.delete(name, &Default::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(e) => panic!("failed to delete namespace {name}: {e}"),
+    }
+}
+
+/// Polls `f` every 200 ms until it returns `Some`, and returns that value.
+/// Panics with `what` and the timeout when the deadline passes. Errors belong
+/// inside `f` (return `None` to poll again), so a transient API error during,
+/// say, an API server restart does not fail the test.
+pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// Makes KWOK end the named container (or every container when `None`) with
+/// `exit_code`, by annotating the pod (see `e2e/kwok/stages.yaml`), and waits
+/// until the pod shows it. What the pod shows follows the kubelet's rules:
+///
+/// - `restartPolicy: Never`, or `OnFailure` with exit code 0: the pod ends,
+///   `Succeeded` for 0 and `Failed` otherwise; the named container has
+///   `state.terminated.exitCode == exit_code`, other containers exit 0.
+/// - `Always`, or `OnFailure` with a non-zero code: an in-place restart: the
+///   named container's `restartCount` goes up by one,
+///   `lastState.terminated.exitCode == exit_code`, and the pod stays `Running`.
+pub async fn drive_pod_exit(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    container: Option<&str>,
+    exit_code: i32,
+) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let before = pods
+        .get(pod)
+        .await
+        .unwrap_or_else(|e| panic!("failed to get pod {namespace}/{pod}: {e}"));
+    let policy = before
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.clone())
+        .unwrap_or_else(|| "Always".to_string());
+    let restarts = policy == "Always" || (policy == "OnFailure" && exit_code != 0);
+    let restarts_before = restart_counts(&before);
+
+    let mut annotations = BTreeMap::new();
+    annotations.insert(EXIT_CODE_ANNOTATION, Some(exit_code.to_string()));
+    annotations.insert(EXIT_CONTAINER_ANNOTATION, container.map(str::to_string));
+    let patch = serde_json::json!({ "metadata": { "annotations": annotations } });
+    pods.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("failed to annotate pod {namespace}/{pod}: {e}"));
+
+    let targets = |p: &Pod| -> Vec<k8s_openapi::api::core::v1::ContainerStatus> {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| container.is_none_or(|n| c.name == n))
+            .collect()
+    };
+    let what = format!("KWOK to end container {container:?} of {namespace}/{pod} with {exit_code}");
+    wait_until(&what, EXIT_TIMEOUT, || async {
+        let p = pods.get(pod).await.ok()?;
+        let statuses = targets(&p);
+        let done = !statuses.is_empty()
+            && statuses.iter().all(|c| {
+                if restarts {
+                    let was = restarts_before.get(&c.name).copied().unwrap_or(0);
+                    let last = c.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+                    c.restart_count > was && last.is_some_and(|t| t.exit_code == exit_code)
+                } else {
+                    let now = c.state.as_ref().and_then(|s| s.terminated.as_ref());
+                    now.is_some_and(|t| t.exit_code == exit_code)
+                }
+            });
+        done.then_some(())
+    })
+    .await;
+}
+
+fn restart_counts(pod: &Pod) -> BTreeMap<String, i32> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map(|cs| {
+            cs.iter()
+                .map(|c| (c.name.clone(), c.restart_count))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Compacts etcd up to its current revision (physically), so a watch from an
+/// older resourceVersion gets `410 Gone` ("too old resource version") and a
+/// reflector must relist. Returns the compacted revision. Talks to etcd's JSON
+/// gateway on `ETCD_URL`.
+///
+/// Which watches see the 410 at once: **ConfigMaps**, because this cluster's
+/// API server does not watch-cache them (`--watch-cache-sizes configmaps#0`),
+/// so their watches are served by etcd itself. Other kinds are served from
+/// the API server's watch cache, which keeps its own history; for them call
+/// [`restart_apiserver`] after compacting: the restarted cache starts at the
+/// compacted revision and refuses anything older with 410.
+///
+/// Writes (creates, then deletes) a ConfigMap in `default` first: compacting
+/// at revision R keeps R itself, and a watch from resourceVersion X needs X+1,
+/// so two writes make even the newest version a test has seen too old.
+pub async fn compact_etcd(client: &Client) -> i64 {
+    let marker_name = format!("e2e-compaction-{}", random_suffix());
+    let marker: ConfigMap =
+        serde_json::from_value(serde_json::json!({ "metadata": { "name": marker_name } }))
+            .expect("a valid ConfigMap");
+    let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    maps.create(&PostParams::default(), &marker)
+        .await
+        .expect("failed to write the compaction marker");
+    maps.delete(&marker_name, &Default::default())
+        .await
+        .expect("failed to delete the compaction marker");
+
+    // Any range answers with the current revision in its header.
+    let range = etcd_post("/v3/kv/range", r#"{"key":"AA==","limit":1}"#).await;
+    let revision: i64 = range["header"]["revision"]
+        .as_str()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("etcd range answered without a revision: {range}"));
+    let body = format!(r#"{{"revision":"{revision}","physical":true}}"#);
+    etcd_post("/v3/kv/compaction", &body).await;
+    revision
+}
+
+/// POSTs JSON to etcd's gRPC gateway over plain HTTP/1.1 on loopback. A raw
+/// request keeps an HTTP client library out of the dev-dependencies; it is a
+/// few hundred bytes to a local process, so a blocking socket is fine here.
+async fn etcd_post(path: &str, body: &str) -> serde_json::Value {
+    let url = cluster_env("ETCD_URL").expect("ETCD_URL is not in the cluster env file");
+    let authority = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let mut stream = std::net::TcpStream::connect(&authority)
+        .unwrap_or_else(|e| panic!("failed to connect to etcd at {authority}: {e}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("a socket timeout");
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream
+        .write_all(request.as_bytes())
+        .expect("failed to write to etcd");
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .expect("failed to read from etcd");
+    let response = String::from_utf8_lossy(&response);
+    let (head, payload) = response
+        .split_once("\r\n\r\n")
+        .expect("an HTTP response from etcd");
+    assert!(
+        head.starts_with("HTTP/1.1 200"),
+        "etcd {path} failed: {head}\n{payload}"
+    );
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let json = if chunked {
+        dechunk(payload)
+    } else {
+        payload.to_string()
+    };
+    serde_json::from_str(json.trim()).unwrap_or_else(|e| panic!("etcd {path}: {e}: {payload}"))
+}
+
+/// Joins the chunks of an HTTP/1.1 chunked body (`<hex len>\r\n<data>\r\n ... 0\r\n\r\n`).
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((len, rest)) = body.split_once("\r\n") {
+        let len = usize::from_str_radix(len.trim(), 16).unwrap_or(0);
+        if len == 0 || rest.len() < len {
+            break;
+        }
+        out.push_str(&rest[..len]);
+        body = rest[len..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Restarts kube-apiserver in place (same port, same etcd data) with
+/// `e2e/cluster.sh restart apiserver`, which returns once `/readyz` is ok.
+/// Blocks the calling thread for the few seconds that takes: from a
+/// `#[tokio::test]` whose background tasks must keep running meanwhile, use
+/// [`restart_apiserver_async`]. Hold [`exclusive_cluster`] around it when other
+/// tests must not see the outage.
+pub fn restart_apiserver() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/cluster.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .args(["restart", "apiserver"])
+        .env("TFJOB_CLUSTER_DIR", cluster_dir())
+        .output()
+        .unwrap_or_else(|e| panic!("failed to run {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "restarting the API server failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// [`restart_apiserver`] on a blocking thread, so the test's runtime keeps
+/// driving its tasks (e.g. a reflector that should notice the outage).
+pub async fn restart_apiserver_async() {
+    tokio::task::spawn_blocking(restart_apiserver)
+        .await
+        .expect("the restart task panicked");
+}
+
+/// Tests run in parallel against one cluster. A test that disrupts it for
+/// everyone (restarting the API server, compacting etcd) holds
+/// [`exclusive_cluster`]; tests that would be hurt by such a disruption hold
+/// [`shared_cluster`]. Both are plain process-wide locks (the suite is one
+/// test binary), so tests that take neither are unaffected.
+static CLUSTER_LOCK: LazyLock<Arc<RwLock<()>>> = LazyLock::new(|| Arc::new(RwLock::new(())));
+
+/// See [`CLUSTER_LOCK`]: held for the whole of a test that must not see disruptions.
+pub async fn shared_cluster() -> OwnedRwLockReadGuard<()> {
+    CLUSTER_LOCK.clone().read_owned().await
+}
+
+/// See [`CLUSTER_LOCK`]: held by a test that disrupts the cluster.
+pub async fn exclusive_cluster() -> OwnedRwLockWriteGuard<()> {
+    CLUSTER_LOCK.clone().write_owned().await
+}
