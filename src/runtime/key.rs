@@ -3,22 +3,28 @@
 //! Mirrors client-go's `cache.MetaNamespaceKeyFunc` (`"namespace/name"`, or
 //! just `"name"` for cluster-scoped objects). Queues carry keys, never objects:
 //! a worker always reads the newest object from the cache.
+//!
+//! The parts are `Arc<str>`: a key is cloned on every queue add, get and done
+//! and on every index update, and cloning an `Arc` is a counter increment
+//! where cloning a `String` is an allocation and a copy (Go strings copy for
+//! free, so this is what keeps our workqueue ahead of client-go's).
 use std::fmt;
+use std::sync::Arc;
 
 use kube::Resource;
 
 /// `namespace/name` of an object (namespace is `None` for cluster-scoped kinds).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
-    pub namespace: Option<String>,
-    pub name: String,
+    pub namespace: Option<Arc<str>>,
+    pub name: Arc<str>,
 }
 
 impl ObjectKey {
     pub fn new(namespace: Option<&str>, name: &str) -> Self {
         Self {
-            namespace: namespace.map(str::to_owned),
-            name: name.to_owned(),
+            namespace: namespace.map(Arc::from),
+            name: Arc::from(name),
         }
     }
 
@@ -26,10 +32,7 @@ impl ObjectKey {
     /// objects read from the API server).
     pub fn of<K: Resource>(obj: &K) -> Option<Self> {
         let meta = obj.meta();
-        Some(Self {
-            namespace: meta.namespace.clone(),
-            name: meta.name.clone()?,
-        })
+        Some(Self::new(meta.namespace.as_deref(), meta.name.as_deref()?))
     }
 
     /// Parses `namespace/name` or `name`.
