@@ -524,7 +524,7 @@ mod tests {
         f.replace(vec![cm("kept", "3"), cm("new", "4")]);
         let mut popped = Vec::new();
         while let Some(d) = f.try_pop_with(|d| d) {
-            popped.push((d.key.name.to_string(), kinds(&d)));
+            popped.push((d.key.name().to_string(), kinds(&d)));
         }
         popped.sort();
         assert_eq!(
@@ -570,7 +570,7 @@ mod tests {
         f.resync();
         let mut popped = Vec::new();
         while let Some(d) = f.try_pop_with(|d| d) {
-            popped.push((d.key.name.to_string(), kinds(&d)));
+            popped.push((d.key.name().to_string(), kinds(&d)));
         }
         popped.sort();
         assert_eq!(

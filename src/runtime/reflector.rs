@@ -599,7 +599,7 @@ mod tests {
         let mut out = Vec::new();
         while let Some(line) = fifo.try_pop_with(|d| {
             let kinds: Vec<&str> = d.deltas.iter().map(Delta::kind).collect();
-            format!("{}: {}", d.key.name, kinds.join(","))
+            format!("{}: {}", d.key.name(), kinds.join(","))
         }) {
             out.push(line);
         }

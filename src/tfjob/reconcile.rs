@@ -447,7 +447,7 @@ impl TfJobReconciler {
         updated.status = Some(plan.status.clone());
         updated.meta_mut().managed_fields = None;
         match api
-            .replace_status(&key.name, &PostParams::default(), &updated)
+            .replace_status(key.name(), &PostParams::default(), &updated)
             .await
         {
             Ok(_) => {
