@@ -230,6 +230,8 @@ async fn worker_only_job_succeeds_when_worker_zero_exits_zero() {
     env.exit("w-worker-0", 0).await;
     let job = env.wait_condition("w", "Succeeded", SLOW).await;
     let worker = &job.status.unwrap().replica_statuses["Worker"];
+    // Our status additions survive the API server's schema pruning.
+    assert_eq!(worker.succeeded_indexes.as_deref(), Some("0"), "{worker:?}");
     assert_eq!(
         worker.succeeded, 2,
         "the running worker is folded into succeeded, as Kubeflow does"
