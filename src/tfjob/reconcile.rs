@@ -271,6 +271,42 @@ impl TfJobReconciler {
         results.into_iter().find(Result::is_err).unwrap_or(Ok(()))
     }
 
+    /// Creates one child, recording an Event either way. A child that
+    /// already exists (409) was created by an earlier run whose informer had
+    /// not caught up: it will be observed (or adopted) like any other, so it
+    /// is not an error; its expectation is lowered since no create will be seen.
+    async fn create_child<K>(
+        &self,
+        key: &ObjectKey,
+        job: &TFJob,
+        api: &Api<K>,
+        child: &K,
+        kind: &'static str,
+        (created, failed): (&'static str, &'static str),
+    ) -> Result<(), SyncError>
+    where
+        K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let name = child_name(child);
+        match api.create(&PostParams::default(), child).await {
+            Ok(_) => {
+                self.recorder
+                    .normal(job, created, format!("Created {kind}: {name}"));
+                Ok(())
+            }
+            Err(e) if is_status(&e, 409) => {
+                self.expectations.creation_failed(key);
+                Ok(())
+            }
+            Err(source) => {
+                self.expectations.creation_failed(key);
+                self.recorder
+                    .warning(job, failed, format!("Error creating: {source}"));
+                Err(write_error("create", kind, name, source))
+            }
+        }
+    }
+
     async fn apply_one(
         &self,
         key: &ObjectKey,
@@ -283,58 +319,16 @@ impl TfJobReconciler {
         let job = job.as_ref();
         match action {
             Action::CreatePod(pod) => {
-                let name = pod.metadata.name.clone().unwrap_or_default();
-                match pods.create(&PostParams::default(), pod).await {
-                    Ok(_) => {
-                        self.recorder.normal(
-                            job,
-                            event::SUCCESSFUL_CREATE_POD,
-                            format!("Created pod: {name}"),
-                        );
-                        Ok(())
-                    }
-                    // Created by an earlier run whose informer had not caught up:
-                    // it will be observed (or adopted) like any other child.
-                    Err(e) if is_status(&e, 409) => {
-                        self.expectations.creation_failed(key);
-                        Ok(())
-                    }
-                    Err(source) => {
-                        self.expectations.creation_failed(key);
-                        self.recorder.warning(
-                            job,
-                            event::FAILED_CREATE_POD,
-                            format!("Error creating: {source}"),
-                        );
-                        Err(write_error("create", "pod", name, source))
-                    }
-                }
+                let reasons = (event::SUCCESSFUL_CREATE_POD, event::FAILED_CREATE_POD);
+                self.create_child(key, job, pods, pod, "pod", reasons).await
             }
             Action::CreateService(svc) => {
-                let name = svc.metadata.name.clone().unwrap_or_default();
-                match services.create(&PostParams::default(), svc).await {
-                    Ok(_) => {
-                        self.recorder.normal(
-                            job,
-                            event::SUCCESSFUL_CREATE_SERVICE,
-                            format!("Created service: {name}"),
-                        );
-                        Ok(())
-                    }
-                    Err(e) if is_status(&e, 409) => {
-                        self.expectations.creation_failed(key);
-                        Ok(())
-                    }
-                    Err(source) => {
-                        self.expectations.creation_failed(key);
-                        self.recorder.warning(
-                            job,
-                            event::FAILED_CREATE_SERVICE,
-                            format!("Error creating: {source}"),
-                        );
-                        Err(write_error("create", "service", name, source))
-                    }
-                }
+                let reasons = (
+                    event::SUCCESSFUL_CREATE_SERVICE,
+                    event::FAILED_CREATE_SERVICE,
+                );
+                self.create_child(key, job, services, svc, "service", reasons)
+                    .await
             }
             Action::DeletePod { name, uid } => {
                 let params = DeleteParams {
