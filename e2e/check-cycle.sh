@@ -4,7 +4,8 @@
 # still bound, so the next `up` starts clean. Leaves no cluster running.
 # Run by e2e/run-suite.sh (so by `make e2e` and CI); also fine on its own.
 set -euo pipefail
-LOG_TAG=cycle
+export LOG_TAG=cycle
+# shellcheck source=e2e/lib.sh
 source "$(dirname "$0")/lib.sh"
 export TFJOB_CLUSTER_DIR TFJOB_CACHE_DIR
 D="$TFJOB_CLUSTER_DIR"

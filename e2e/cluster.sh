@@ -20,10 +20,14 @@
 # only that user, at Metadata level to logs/audit.log: the benchmark counts a
 # peer's API requests there (apiserver_request_total has no per-client label).
 set -euo pipefail
-LOG_TAG=cluster
+export LOG_TAG=cluster
+# shellcheck source=e2e/lib.sh
 source "$(dirname "$0")/lib.sh"
 
-D="$TFJOB_CLUSTER_DIR"
+# Absolute, because pid ownership is checked against the path in each
+# component's command line.
+mkdir -p "$TFJOB_CLUSTER_DIR"
+D="$(cd "$TFJOB_CLUSTER_DIR" && pwd)"
 PKI="$D/pki"
 BIN="$(bin_dir)"
 # Shutdown order (reverse for start): the kubelet stand-in and the clients of
@@ -53,6 +57,7 @@ start_component() {
   local name="$1"
   shift
   mkdir -p "$D/logs" "$D/pids"
+  # shellcheck disable=SC2016 # $$, $0 and $@ belong to the inner shell
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$D/pids/$name.pid" "$@" \
     >>"$D/logs/$name.log" 2>&1 </dev/null &
   # The pid file is written by the child before it execs; wait for it.
@@ -263,7 +268,16 @@ start_apiserver() {
     --service-cluster-ip-range 10.0.0.0/24 \
     --authorization-mode Node,RBAC --allow-privileged=true \
     --endpoint-reconciler-type none \
+    --watch-cache-sizes 'configmaps#0' \
+    --shutdown-watch-termination-grace-period 3s \
     --profiling=false
+  # The grace period makes SIGTERM close open watches (the other components
+  # and tests hold some): without it the API server waits up to a minute for
+  # those connections and `down`/`restart` would end in SIGKILL.
+  # ConfigMaps bypass the watch cache (`configmaps#0`): their watches go
+  # straight to etcd, so an etcd compaction (support::compact_etcd) makes a
+  # ConfigMap watch from an older resourceVersion fail with 410 Gone at once.
+  # Cached kinds would keep serving it from the cache's history for minutes.
   # /readyz includes the RBAC bootstrap roles: after it, system:masters and
   # the controller identities are authorised.
   wait_for 90 kube-apiserver admin_curl /readyz
@@ -329,6 +343,13 @@ EOF
 }
 
 start_kwok() {
+  # A new KWOK instance holds node Leases under a new identity; it manages a
+  # node's pods only once it holds that node's Lease. Left over from a previous
+  # KWOK (`restart kwok`), the Leases would block it until they expire (40 s).
+  local leases=()
+  local i
+  for i in $(seq 0 $((NODES - 1))); do leases+=("kwok-node-$i"); done
+  kubectl_admin -n kube-node-lease delete lease "${leases[@]}" --ignore-not-found >/dev/null
   # KWOK binds no port unless asked (no --server-address): nothing to choose.
   start_component kwok "$BIN/kwok" --kubeconfig "$D/kubeconfigs/kwok" \
     --manage-all-nodes=true --cidr 10.244.0.0/16 --node-ip 127.0.0.1 \
@@ -388,7 +409,9 @@ cmd_up() {
   local n
   n=$(running_components)
   if ((n == ${#COMPONENTS[@]})) && [[ -f "$D/kubeconfig" ]]; then
-    log "already running from $D (kubeconfig: $D/kubeconfig); 'make cluster-down' first for a fresh one"
+    log "already running from $D; 'make cluster-down' first for a fresh one"
+    echo "KUBECONFIG=$D/kubeconfig"
+    echo "source $D/env   # kubectl/helm on PATH, KUBECONFIG, ETCD_URL, KUBE_APISERVER_URL"
     return 0
   fi
   if ((n > 0)); then

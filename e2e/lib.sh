@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by e2e/tools.sh, e2e/cluster.sh and e2e/run-suite.sh (sourced, not run).
 #
 # Where things live:
@@ -7,7 +8,7 @@
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(cd "$E2E_DIR/.." && pwd)"
-# shellcheck source=versions.env
+# shellcheck source=e2e/versions.env
 source "$E2E_DIR/versions.env"
 
 TFJOB_CACHE_DIR="${TFJOB_CACHE_DIR:-$HOME/.cache/tfjob-operator}"

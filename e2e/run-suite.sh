@@ -6,7 +6,8 @@
 #   4. tear the cluster down, always (trap), even when a test or step 1/2 failed
 # The exit code is the tests' (or the first failing step's).
 set -euo pipefail
-LOG_TAG=e2e
+export LOG_TAG=e2e
+# shellcheck source=e2e/lib.sh
 source "$(dirname "$0")/lib.sh"
 export TFJOB_CLUSTER_DIR TFJOB_CACHE_DIR
 # Tests mostly wait on the cluster, not the CPU: more threads than cores is right.

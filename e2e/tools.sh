@@ -7,7 +7,7 @@
 #   helm                        go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION
 # Versions are pinned in e2e/versions.env; each tool lands in
 # $TFJOB_CACHE_DIR/tools/<tool>-<version>/ and is never rebuilt while that
-# directory exists. A cold run compiles Kubernetes: 10-20 minutes on 2 cores.
+# directory exists. A cold run compiles Kubernetes: roughly 5-15 minutes on 2 cores.
 # Prints nothing but progress; `bash e2e/tools.sh --bin-dir` prints the bin dir.
 set -euo pipefail
 LOG_TAG=tools
@@ -20,7 +20,10 @@ command -v cargo >/dev/null || die "cargo is needed to fetch etcd"
 mkdir -p "$TOOLS_DIR"
 # Two `make` runs at once (two worktrees) must not build into the same place.
 exec 9>"$TOOLS_DIR/.lock"
-flock 9
+if ! flock -n 9; then
+  log "another e2e/tools.sh is building into $TOOLS_DIR: waiting for it"
+  flock 9
+fi
 
 case "$(uname -m)" in
   x86_64) etcd_arch=amd64 ;;
@@ -36,10 +39,11 @@ with_progress() {
   shift 2
   local start=$SECONDS
   "$@" >"$logfile" 2>&1 &
-  local pid=$!
+  local pid=$! next=$((start + 30))
   while kill -0 "$pid" 2>/dev/null; do
-    sleep 3
-    if (((SECONDS - start) % 30 < 3 && SECONDS - start >= 30)); then
+    sleep 2
+    if ((SECONDS >= next)); then
+      next=$((next + 30))
       log "  still building $what: $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s, $(grep -vc '^go: downloading' "$logfile" || true) packages so far"
     fi
   done
@@ -90,10 +94,10 @@ build_kubernetes() {
     ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
   log "building Kubernetes $KUBE_VERSION: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl"
-  log "  (a cold build downloads ~1.6 GB of modules and compiles for 10-20 minutes on 2 cores; warm: seconds)"
+  log "  (a cold build downloads ~1.6 GB of modules and compiles for roughly 5-15 minutes on 2 cores; warm: seconds)"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
   (cd "$E2E_DIR/k8s" && with_progress "Kubernetes $KUBE_VERSION" "$dir.tmp/build.log" \
-    go build -v -trimpath -ldflags "$ldflags" -o "$dir.tmp/bin/" \
+    go build -v -trimpath -buildvcs=false -ldflags "$ldflags" -o "$dir.tmp/bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
   "$dir.tmp/bin/kubectl" version --client 2>/dev/null | grep -q "$KUBE_VERSION" \

@@ -10,7 +10,7 @@
 # commit the resulting go.mod and go.sum. Never commit binaries.
 set -euo pipefail
 cd "$(dirname "$0")"
-# shellcheck source=../versions.env
+# shellcheck source=e2e/versions.env
 source ../versions.env
 kv="$KUBE_VERSION"             # e.g. v1.34.4
 sv="v0.${kv#v1.}"              # staging modules are published as v0.34.4

@@ -212,6 +212,18 @@ pub async fn test_namespace(client: &Client, prefix: &str) -> String {
     name
 }
 
+/// Deletes a test namespace (and so everything in it) without waiting for the
+/// namespace controller to finish. Optional: the suite's cluster is thrown
+/// away afterwards; useful for tests that create many objects.
+pub async fn delete_namespace(client: &Client, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    match namespaces.delete(name, &Default::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(e) => panic!("failed to delete namespace {name}: {e}"),
+    }
+}
+
 /// Polls `f` every 200 ms until it returns `Some`, and returns that value.
 /// Panics with `what` and the timeout when the deadline passes. Errors belong
 /// inside `f` (return `None` to poll again), so a transient API error during,
@@ -312,20 +324,33 @@ fn restart_counts(pod: &Pod) -> BTreeMap<String, i32> {
         .unwrap_or_default()
 }
 
-/// Compacts etcd up to its current revision (physically), so any watch or
-/// list from an older resourceVersion gets `410 Gone` ("too old resource
-/// version") and a reflector must relist. Writes one ConfigMap in `default`
-/// first, so even the newest resourceVersion a test has seen becomes too old.
-/// Returns the compacted revision. Talks to etcd's JSON gateway on `ETCD_URL`.
+/// Compacts etcd up to its current revision (physically), so a watch from an
+/// older resourceVersion gets `410 Gone` ("too old resource version") and a
+/// reflector must relist. Returns the compacted revision. Talks to etcd's JSON
+/// gateway on `ETCD_URL`.
+///
+/// Which watches see the 410 at once: **ConfigMaps**, because this cluster's
+/// API server does not watch-cache them (`--watch-cache-sizes configmaps#0`),
+/// so their watches are served by etcd itself. Other kinds are served from
+/// the API server's watch cache, which keeps its own history; for them call
+/// [`restart_apiserver`] after compacting: the restarted cache starts at the
+/// compacted revision and refuses anything older with 410.
+///
+/// Writes (creates, then deletes) a ConfigMap in `default` first: compacting
+/// at revision R keeps R itself, and a watch from resourceVersion X needs X+1,
+/// so two writes make even the newest version a test has seen too old.
 pub async fn compact_etcd(client: &Client) -> i64 {
-    let marker: ConfigMap = serde_json::from_value(serde_json::json!({
-        "metadata": { "name": format!("e2e-compaction-{}", random_suffix()) }
-    }))
-    .expect("a valid ConfigMap");
-    Api::<ConfigMap>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &marker)
+    let marker_name = format!("e2e-compaction-{}", random_suffix());
+    let marker: ConfigMap =
+        serde_json::from_value(serde_json::json!({ "metadata": { "name": marker_name } }))
+            .expect("a valid ConfigMap");
+    let maps = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    maps.create(&PostParams::default(), &marker)
         .await
         .expect("failed to write the compaction marker");
+    maps.delete(&marker_name, &Default::default())
+        .await
+        .expect("failed to delete the compaction marker");
 
     // Any range answers with the current revision in its header.
     let range = etcd_post("/v3/kv/range", r#"{"key":"AA==","limit":1}"#).await;
