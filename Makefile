@@ -10,7 +10,7 @@ export CARGO_TARGET_DIR ?= $(CACHE_DIR)/target
 # The local control plane's state (kubeconfig, logs, pid files, data dirs).
 export TFJOB_CLUSTER_DIR ?= $(CURDIR)/.cluster
 
-.PHONY: help test lint fmt-check clippy unit crd crd-check e2e cluster-up cluster-down cluster-tools
+.PHONY: help test lint fmt-check clippy unit crd crd-check e2e cluster-up cluster-down cluster-tools bench-e2e
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -46,3 +46,8 @@ cluster-down: ## Stop the local control plane and remove its data
 
 e2e: cluster-tools ## The end-to-end suite on a freshly started local control plane (torn down even on failure)
 	bash e2e/run-suite.sh
+
+bench-e2e: cluster-tools ## Side by side with Kubeflow's training-operator and the raw limit (fresh cluster; BENCH_JOBS=50 for a quick run)
+	bash e2e/peers.sh
+	cargo build --release --bin tfjob-operator
+	bash e2e/bench.sh

@@ -566,11 +566,8 @@ impl PeerProcess {
     }
     fn check_alive(&mut self) -> anyhow::Result<()> {
         if let Some(status) = self.child.try_wait()? {
-            bail!(
-                "the peer exited ({status}); last lines of {}:\n{}",
-                self.log.display(),
-                tail(&self.log, 15)
-            );
+            let last = tail(&self.log, 1);
+            bail!("the peer exited ({status}): {last} (log: {})", self.log.display());
         }
         Ok(())
     }
@@ -729,9 +726,13 @@ async fn start_peer(
                 .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
                 .arg(format!("--health-probe-bind-address=127.0.0.1:{probe}"))
                 .arg(format!("--webhook-server-port={webhook}"))
-                .arg(format!("--kube-api-qps={qps}"))
-                .arg(format!("--kube-api-burst={burst}"))
                 .arg(format!("--controller-threads={threads}"));
+            // v1.9.0 has no QPS flags (v1.9.1 added them): its client gets
+            // controller-runtime's GetConfig default of 20/30, which is the
+            // matched setting. Pass them only to ask for something else.
+            if (qps, burst) != (20, 30) {
+                cmd.arg(format!("--kube-api-qps={qps}")).arg(format!("--kube-api-burst={burst}"));
+            }
             let mut p = PeerProcess::spawn(cmd, &log, false)?;
             let started = Instant::now();
             loop {
