@@ -2,7 +2,17 @@
 //! `version`. Errors are reported with `anyhow` here, at the binary's edge only.
 use std::net::SocketAddr;
 
+use std::time::Duration;
+
+use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use kube::api::{Api, ListParams};
+use tfjob_operator::api::TFJob;
+use tfjob_operator::runtime::InformerFactory;
+use tfjob_operator::runtime::client::RateLimitLayer;
+use tfjob_operator::runtime::leader_election::LeaderElectionConfig;
+use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
+use tfjob_operator::tfjob::controller::{Options, setup};
 
 #[derive(Parser)]
 #[command(
@@ -124,5 +134,58 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "starting tfjob-operator {}",
         env!("CARGO_PKG_VERSION")
     );
-    anyhow::bail!("the controller is not wired yet")
+    let config = kube::Config::infer()
+        .await
+        .context("failed to find cluster credentials: set KUBECONFIG or run in a Pod")?;
+    let client = if args.kube_api_qps > 0.0 {
+        kube::client::ClientBuilder::try_from(config)?
+            .with_layer(&RateLimitLayer::new(args.kube_api_qps, args.kube_api_burst))
+            .build()
+    } else {
+        kube::Client::try_from(config)?
+    };
+    check_crd_installed(&client, args.namespace.as_deref()).await?;
+
+    let leader_election = args.leader_elect.then(|| {
+        LeaderElectionConfig::new(&args.leader_election_namespace, &args.leader_election_id)
+    });
+    let mut manager = Manager::new(
+        client.clone(),
+        ManagerConfig {
+            probe_addr: Some(args.health_probe_bind_address),
+            metrics_addr: Some(args.metrics_bind_address),
+            leader_election,
+            graceful_shutdown: Duration::from_secs(args.graceful_shutdown_seconds),
+            handle_signals: true,
+        },
+    );
+    let options = Options {
+        namespace: args.namespace.clone(),
+        workers: args.workers,
+        cluster_domain: args.cluster_domain.clone(),
+        write_concurrency: args.write_concurrency,
+    };
+    setup(&mut manager, InformerFactory::new(client), &options)?;
+    manager.run().await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Fails with the exact command to run when the TFJob CRD is not installed
+/// (a LIST of TFJobs answers 404 then), instead of retrying forever.
+async fn check_crd_installed(client: &kube::Client, namespace: Option<&str>) -> anyhow::Result<()> {
+    let api: Api<TFJob> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => anyhow::bail!(
+            "the TFJob CRD (tfjobs.kubeflow.org) is not installed; install it with:\n  \
+             tfjob-operator crd | kubectl apply --server-side -f -"
+        ),
+        Err(e) => Err(e).context(
+            "failed to list TFJobs (is the API server reachable, and may this identity list tfjobs?)",
+        ),
+    }
 }

@@ -401,20 +401,24 @@ impl LeaderElector {
     /// `false` if `cancel` fired first.
     pub async fn acquire(&self, cancel: &CancellationToken) -> bool {
         loop {
+            // A hung request must not stall the campaign: cut it off and retry.
             let attempt = tokio::select! {
                 _ = cancel.cancelled() => return false,
-                attempt = self.try_acquire_or_renew() => attempt,
+                attempt = tokio::time::timeout(self.config.renew_deadline, self.try_acquire_or_renew()) => attempt,
             };
             match attempt {
-                Ok(true) => {
+                Err(_) => {
+                    tracing::warn!(lease = %self.config.lease_name, "acquiring the leader lease timed out")
+                }
+                Ok(Ok(true)) => {
                     self.set_leading(true);
                     tracing::info!(lease = %self.config.lease_name, identity = %self.config.identity, "acquired leader lease");
                     return true;
                 }
-                Ok(false) => {
+                Ok(Ok(false)) => {
                     tracing::debug!(lease = %self.config.lease_name, "leader lease is held by another candidate")
                 }
-                Err(error) => {
+                Ok(Err(error)) => {
                     tracing::warn!(lease = %self.config.lease_name, error = %error, "failed to acquire leader lease")
                 }
             }

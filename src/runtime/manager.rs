@@ -23,6 +23,34 @@
 //!
 //! The manager never reconciles anything itself and never knows what its
 //! runnables are; it only orders their start and stop.
+//!
+//! ```no_run
+//! # async fn example(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use tfjob_operator::runtime::InformerFactory;
+//! use tfjob_operator::runtime::leader_election::LeaderElectionConfig;
+//! use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
+//!
+//! let factory = InformerFactory::new(client.clone());
+//! // ... controllers create their informers from `factory` here ...
+//! let mut manager = Manager::new(
+//!     client,
+//!     ManagerConfig {
+//!         leader_election: Some(LeaderElectionConfig::new("kubeflow", "tfjob-operator")),
+//!         ..ManagerConfig::default()
+//!     },
+//! );
+//! let recorder = manager.event_recorder("tfjob-controller");
+//! manager.add_cache(factory);
+//! manager.add_runnable("tfjob-controller", true, move |shutdown| async move {
+//!     // Run workers until `shutdown` fires, then finish in-flight reconciles.
+//!     shutdown.cancelled().await;
+//!     drop(recorder);
+//!     Ok(())
+//! });
+//! manager.run().await?;
+//! # Ok(())
+//! # }
+//! ```
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -35,6 +63,7 @@ use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
+use crate::runtime::InformerFactory;
 use crate::runtime::events::{EventRecorder, EventRecorderConfig, event_recorder};
 use crate::runtime::leader_election::{
     HoldOutcome, LeaderElectionConfig, LeaderElectionError, LeaderElector,
@@ -55,11 +84,27 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// practice the informer factory, which owns every shared informer.
 pub trait Cache: Send + Sync + 'static {
     /// Starts filling the cache in the background until `shutdown` fires.
-    fn start(&self, shutdown: tokio_util::sync::CancellationToken);
+    fn start(&self, shutdown: CancellationToken);
     /// Resolves once the first full list is in the cache. Must be cancel-safe.
     fn wait_for_sync(&self) -> BoxFuture<'_, ()>;
     /// Has the first full list arrived?
     fn has_synced(&self) -> bool;
+}
+
+/// The informer factory is the manager's cache: starting it starts every
+/// shared informer created so far (controllers create theirs before `run`).
+impl Cache for InformerFactory {
+    fn start(&self, shutdown: CancellationToken) {
+        InformerFactory::start(self, shutdown);
+    }
+
+    fn wait_for_sync(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.wait_for_cache_sync())
+    }
+
+    fn has_synced(&self) -> bool {
+        InformerFactory::has_synced(self)
+    }
 }
 
 /// Errors that end [`Manager::run`].
@@ -405,6 +450,8 @@ impl Manager {
         {
             infra_tasks.abort_all();
         }
+        // Also ends the signal watcher when we stopped for another reason.
+        shutdown.cancel();
         tracing::info!("manager stopped");
         result
     }
@@ -632,6 +679,21 @@ mod tests {
             cache.start_token().unwrap().is_cancelled(),
             "caches are stopped at the end"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_informer_factory_serves_as_the_managers_cache() {
+        let mut mgr = manager();
+        // No informers yet: the factory has nothing to wait for.
+        mgr.add_cache(InformerFactory::new(dummy_client()));
+        let started = flag();
+        mgr.add_runnable("controller", true, until_cancelled(started.clone(), flag()));
+        let stop = mgr.shutdown_token();
+        let run = tokio::spawn(mgr.run());
+        settle().await;
+        assert!(started.load(Ordering::SeqCst));
+        stop.cancel();
+        run.await.unwrap().unwrap();
     }
 
     #[tokio::test(start_paused = true)]

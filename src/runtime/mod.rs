@@ -4,10 +4,12 @@
 //! `crate::api` or `crate::tfjob`.
 
 pub mod client;
+pub mod controller;
 pub mod delta_fifo;
 pub mod events;
 pub mod expectations;
 pub mod factory;
+pub mod handler;
 pub mod informer;
 pub mod key;
 pub mod leader_election;
@@ -18,6 +20,7 @@ pub mod ownership;
 pub mod reflector;
 pub mod server;
 pub mod store;
+pub mod workqueue;
 
 pub use delta_fifo::{Delta, DeltaFifo, Deltas};
 pub use factory::{InformerFactory, WatchConfig};

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 
 use crate::api::TFJob;
 use crate::api::constants::LABEL_JOB_NAME;
+use crate::runtime::controller::{Action, Controller, ControllerError, ReconcileError, Reconciler};
 use crate::runtime::expectations::Expectations;
 use crate::runtime::manager::Manager;
 use crate::runtime::store::label_index_fn;
@@ -18,7 +19,7 @@ use crate::runtime::{InformerFactory, SharedInformer, WatchConfig};
 use super::metrics::JobMetrics;
 use super::observer::ExpectationsObserver;
 use super::plan::PlanConfig;
-use super::reconcile::{JOB_NAME_INDEX, TfJobReconciler};
+use super::reconcile::{JOB_NAME_INDEX, SyncError, TfJobReconciler};
 
 /// The event source name on Events we write (Kubeflow's).
 pub const COMPONENT: &str = "tfjob-controller";
@@ -91,5 +92,46 @@ pub fn reconciler(
             cluster_domain: options.cluster_domain.clone(),
         },
         write_concurrency: options.write_concurrency,
+    }
+}
+
+/// Creates the informers and the controller and registers them with the
+/// manager: the factory as its cache (started and synced first), the
+/// controller as a leader-only runnable.
+pub fn setup(
+    manager: &mut Manager,
+    factory: InformerFactory,
+    options: &Options,
+) -> Result<(), ControllerError> {
+    let informers = informers(&factory, options.namespace.as_deref());
+    let reconciler = reconciler(manager, &informers, options);
+    let controller = Controller::builder("tfjob")
+        .for_informer(&informers.jobs)
+        .owns(&informers.pods)
+        .owns(&informers.services)
+        .workers(options.workers.max(1))
+        .registry(&manager.registry())
+        .build(reconciler)?;
+    manager.add_cache(factory);
+    manager.add_runnable("tfjob-controller", true, move |token| async move {
+        controller.run(token).await.map_err(Into::into)
+    });
+    Ok(())
+}
+
+impl ReconcileError for SyncError {
+    fn category(&self) -> &'static str {
+        SyncError::category(self)
+    }
+}
+
+impl Reconciler for TfJobReconciler {
+    type Error = SyncError;
+
+    async fn reconcile(&self, key: crate::runtime::ObjectKey) -> Result<Action, SyncError> {
+        Ok(match self.sync(&key).await? {
+            Some(after) => Action::RequeueAfter(after),
+            None => Action::Done,
+        })
     }
 }

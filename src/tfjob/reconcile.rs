@@ -38,7 +38,7 @@ pub const JOB_NAME_INDEX: &str = "job-name";
 
 /// A reconcile that did not complete; the controller retries it with backoff.
 #[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
+pub enum SyncError {
     #[error("failed to {verb} {kind} {name}")]
     Write {
         verb: &'static str,
@@ -55,13 +55,13 @@ pub enum ReconcileError {
     },
 }
 
-impl ReconcileError {
+impl SyncError {
     /// A stable label for metrics.
     pub fn category(&self) -> &'static str {
         match self {
-            ReconcileError::Write { .. } => "write",
-            ReconcileError::Status { source, .. } if is_conflict(source) => "conflict",
-            ReconcileError::Status { .. } => "status",
+            SyncError::Write { .. } => "write",
+            SyncError::Status { source, .. } if is_conflict(source) => "conflict",
+            SyncError::Status { .. } => "status",
         }
     }
 }
@@ -89,8 +89,8 @@ pub struct TfJobReconciler {
 }
 
 impl TfJobReconciler {
-    /// Reconciles the job at `key`; `Some(d)` asks to be called again after `d`.
-    pub async fn reconcile(&self, key: &ObjectKey) -> Result<Option<Duration>, ReconcileError> {
+    /// Reconciles (syncs) the job at `key`; `Some(d)` asks to be called again after `d`.
+    pub async fn sync(&self, key: &ObjectKey) -> Result<Option<Duration>, SyncError> {
         // Observe. A job gone from the cache was deleted: its children go
         // with it through garbage collection (they carry its ownerReference).
         let Some(job) = self.jobs.get(key) else {
@@ -142,7 +142,7 @@ impl TfJobReconciler {
         &self,
         job: &Arc<TFJob>,
         cache: &Indexer<K>,
-    ) -> Result<Vec<Arc<K>>, ReconcileError> {
+    ) -> Result<Vec<Arc<K>>, SyncError> {
         let (Some(name), Some(namespace), Some(uid)) = (
             job.metadata.name.as_deref(),
             job.metadata.namespace.as_deref(),
@@ -206,12 +206,7 @@ impl TfJobReconciler {
         Ok(owned)
     }
 
-    async fn apply(
-        &self,
-        key: &ObjectKey,
-        job: &Arc<TFJob>,
-        plan: &Plan,
-    ) -> Result<(), ReconcileError> {
+    async fn apply(&self, key: &ObjectKey, job: &Arc<TFJob>, plan: &Plan) -> Result<(), SyncError> {
         let namespace = job.metadata.namespace.clone().unwrap_or_default();
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
         let services: Api<Service> = Api::namespaced(self.client.clone(), &namespace);
@@ -239,8 +234,12 @@ impl TfJobReconciler {
             self.expectations.expect_deletions(key, &deleted_uids);
         }
 
-        let results: Vec<Result<(), ReconcileError>> = futures::stream::iter(&plan.actions)
+        let writes: Vec<_> = plan
+            .actions
+            .iter()
             .map(|action| self.apply_one(key, job, action, &pods, &services, &jobs))
+            .collect();
+        let results: Vec<Result<(), SyncError>> = futures::stream::iter(writes)
             .buffer_unordered(self.write_concurrency.max(1))
             .collect()
             .await;
@@ -255,7 +254,7 @@ impl TfJobReconciler {
         pods: &Api<Pod>,
         services: &Api<Service>,
         jobs: &Api<TFJob>,
-    ) -> Result<(), ReconcileError> {
+    ) -> Result<(), SyncError> {
         let job = job.as_ref();
         match action {
             Action::CreatePod(pod) => {
@@ -413,7 +412,7 @@ impl TfJobReconciler {
         key: &ObjectKey,
         job: &Arc<TFJob>,
         plan: &Plan,
-    ) -> Result<(), ReconcileError> {
+    ) -> Result<(), SyncError> {
         if job.status.as_ref() == Some(&plan.status) {
             return Ok(());
         }
@@ -431,7 +430,7 @@ impl TfJobReconciler {
                     .record_transition(&namespace, job.status.as_ref(), &plan.status);
                 Ok(())
             }
-            Err(source) => Err(ReconcileError::Status {
+            Err(source) => Err(SyncError::Status {
                 key: key.clone(),
                 source,
             }),
@@ -448,8 +447,8 @@ fn write_error(
     kind: &'static str,
     name: String,
     source: kube::Error,
-) -> ReconcileError {
-    ReconcileError::Write {
+) -> SyncError {
+    SyncError::Write {
         verb,
         kind,
         name,

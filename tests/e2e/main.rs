@@ -16,5 +16,6 @@
 mod support;
 
 mod operator;
+mod sdk;
 mod smoke;
 mod tfjob;

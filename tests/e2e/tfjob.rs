@@ -10,7 +10,10 @@ use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::{CleanPodPolicy, RestartPolicy, TFJob};
 
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, drive_pod_exit, kubectl, test_namespace, wait_until};
+use crate::support::{
+    EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, client, drive_pod_exit, kubectl,
+    test_namespace, wait_until,
+};
 
 const SLOW: Duration = Duration::from_secs(90);
 
@@ -104,6 +107,19 @@ impl Env {
 
     async fn exit(&self, pod: &str, code: i32) {
         drive_pod_exit(&self.client, &self.ns, pod, Some("tensorflow"), code).await;
+    }
+
+    /// Asks KWOK to end the Pod's `tensorflow` container without waiting to
+    /// see it: for when the operator may delete the Pod at once (cleanup).
+    async fn exit_no_wait(&self, pod: &str, code: i32) {
+        let patch = serde_json::json!({ "metadata": { "annotations": {
+            EXIT_CODE_ANNOTATION: code.to_string(),
+            EXIT_CONTAINER_ANNOTATION: "tensorflow",
+        } } });
+        self.pods
+            .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap_or_else(|e| panic!("failed to annotate {pod}: {e}"));
     }
 }
 
@@ -320,7 +336,7 @@ async fn clean_pod_policy_case(
     )
     .await;
     env.wait_running_pods("c", 2).await;
-    env.exit("c-chief-0", 0).await;
+    env.exit_no_wait("c-chief-0", 0).await;
     env.wait_condition("c", "Succeeded", SLOW).await;
     let what = format!("cleanPodPolicy {policy:?} to leave the right pods");
     wait_until(&what, SLOW, || async {
