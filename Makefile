@@ -72,5 +72,4 @@ bench: ## Benchmarks against their Go/kube-rs peers, same run; results in target
 .PHONY: bench-e2e
 bench-e2e: cluster-tools ## Side by side with Kubeflow's training-operator and the raw limit (fresh cluster; BENCH_JOBS=50 for a quick run)
 	bash e2e/peers.sh
-	cargo build --release --bin tfjob-operator
 	bash e2e/bench.sh

@@ -13,7 +13,20 @@ export TFJOB_CLUSTER_DIR="${BENCH_CLUSTER_DIR:-$REPO_DIR/target/bench/cluster}"
 export TFJOB_AUDIT=1
 BENCH_KUBEFLOW_DIR="$(bash "$E2E_DIR/peers.sh" --dir)"
 export BENCH_KUBEFLOW_DIR TFJOB_CACHE_DIR
-export BENCH_OPERATOR_BIN="${BENCH_OPERATOR_BIN:-${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/tfjob-operator}"
+
+cd "$REPO_DIR"
+mkdir -p target/bench
+# Build both binaries first and copy them aside: CARGO_TARGET_DIR may be
+# shared with other worktrees, whose builds would replace them mid-run.
+if [[ -z "${BENCH_OPERATOR_BIN:-}" ]]; then
+  cargo build --release --bin tfjob-operator
+  cp "${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/tfjob-operator" target/bench/tfjob-operator
+  export BENCH_OPERATOR_BIN="$REPO_DIR/target/bench/tfjob-operator"
+fi
+bench_bin=$(cargo bench --bench e2e --no-run --message-format=json 2>/dev/null \
+  | sed -n 's/.*"target":{[^}]*"name":"e2e".*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+[[ -x "$bench_bin" ]] || die "could not build benches/e2e.rs (try: cargo bench --bench e2e --no-run)"
+cp "$bench_bin" target/bench/e2e-bench
 
 teardown() {
   local rc=$?
@@ -27,6 +40,4 @@ trap 'exit 143' TERM
 
 bash "$E2E_DIR/cluster.sh" down
 bash "$E2E_DIR/cluster.sh" up
-cd "$REPO_DIR"
-mkdir -p target/bench
-cargo bench --bench e2e
+target/bench/e2e-bench
