@@ -567,7 +567,10 @@ impl PeerProcess {
     fn check_alive(&mut self) -> anyhow::Result<()> {
         if let Some(status) = self.child.try_wait()? {
             let last = tail(&self.log, 1);
-            bail!("the peer exited ({status}): {last} (log: {})", self.log.display());
+            bail!(
+                "the peer exited ({status}): {last} (log: {})",
+                self.log.display()
+            );
         }
         Ok(())
     }
@@ -731,7 +734,8 @@ async fn start_peer(
             // controller-runtime's GetConfig default of 20/30, which is the
             // matched setting. Pass them only to ask for something else.
             if (qps, burst) != (20, 30) {
-                cmd.arg(format!("--kube-api-qps={qps}")).arg(format!("--kube-api-burst={burst}"));
+                cmd.arg(format!("--kube-api-qps={qps}"))
+                    .arg(format!("--kube-api-burst={burst}"));
             }
             let mut p = PeerProcess::spawn(cmd, &log, false)?;
             let started = Instant::now();
