@@ -109,3 +109,7 @@ $(HADOLINT_VENV)/.installed:
 .PHONY: docker-lint
 docker-lint: $(HADOLINT_VENV)/.installed ## hadolint the Dockerfile (every rule, failing on info and up)
 	$(HADOLINT_VENV)/bin/hadolint --failure-threshold info Dockerfile
+.PHONY: bench-e2e
+bench-e2e: cluster-tools ## Side by side with Kubeflow's training-operator and the raw limit (fresh cluster; BENCH_JOBS=50 for a quick run)
+	bash e2e/peers.sh
+	bash e2e/bench.sh

@@ -15,6 +15,12 @@
 #   pki/        CA, serving and client certificates (X.509 v3: kube-rs refuses v1)
 #   logs/       one log per component    pids/    one pid file per component
 #   data/etcd   etcd's data              ports    the ports chosen at `up`
+#
+# Opt-in: TFJOB_AUDIT=1 at `up` (make bench-e2e sets it) also signs a client
+# identity `bench-peer` (kubeconfigs/bench-peer, system:masters) and starts the
+# API server with an audit policy that logs every request of that user, and
+# only that user, at Metadata level to logs/audit.log: the benchmark counts a
+# peer's API requests there (apiserver_request_total has no per-client label).
 set -euo pipefail
 export LOG_TAG=cluster
 # shellcheck source=e2e/lib.sh
@@ -180,6 +186,7 @@ make_pki() {
   # leases, pod status and deletes in every namespace): the Node authorizer's
   # one-node identity does not fit, so it is an admin.
   sign kwok "/O=system:masters/CN=kwok" clientAuth
+  if [[ "${TFJOB_AUDIT:-0}" == 1 ]]; then sign bench-peer "/O=system:masters/CN=bench-peer" clientAuth; fi
   openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
   openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
 }
@@ -236,8 +243,25 @@ admin_curl() {
     "https://127.0.0.1:$APISERVER_PORT$1"
 }
 
+# The audit flags when TFJOB_AUDIT=1 (see the header): one line per finished
+# request of the user bench-peer, nothing for anyone else.
+audit_flags() {
+  [[ "${TFJOB_AUDIT:-0}" == 1 ]] || return 0
+  cat >"$D/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+  users: [bench-peer]
+- level: None
+EOF
+  echo --audit-policy-file "$D/audit-policy.yaml" --audit-log-path "$D/logs/audit.log" --audit-log-maxsize 0
+}
+
 start_apiserver() {
-  start_component kube-apiserver "$BIN/kube-apiserver" \
+  # shellcheck disable=SC2046 # audit_flags prints whole words without spaces in them
+  start_component kube-apiserver "$BIN/kube-apiserver" $(audit_flags) \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
@@ -369,7 +393,7 @@ down_quietly() {
   local c
   for c in "${COMPONENTS[@]}"; do stop_component "$c" 15; done
   # Keep logs/ for a post-mortem; everything else goes.
-  rm -rf "$D/data" "$D/pki" "$D/kubeconfigs" "$D/pids" "$D/kubeconfig" "$D/env" "$D/kwok-stages.yaml"
+  rm -rf "$D/data" "$D/pki" "$D/kubeconfigs" "$D/pids" "$D/kubeconfig" "$D/env" "$D/kwok-stages.yaml" "$D/audit-policy.yaml"
 }
 
 cmd_down() {
@@ -412,6 +436,7 @@ cmd_up() {
   write_kubeconfig "$D/kubeconfigs/controller-manager" controller-manager
   write_kubeconfig "$D/kubeconfigs/scheduler" scheduler
   write_kubeconfig "$D/kubeconfigs/kwok" kwok
+  if [[ "${TFJOB_AUDIT:-0}" == 1 ]]; then write_kubeconfig "$D/kubeconfigs/bench-peer" bench-peer; fi
   write_env
 
   log "starting etcd on 127.0.0.1:$ETCD_PORT"

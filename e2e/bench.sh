@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `make bench-e2e` (issue #6): starts a fresh local control plane of its own
+# (target/bench/cluster, never a developer's .cluster) with the bench-peer
+# identity and audit log (TFJOB_AUDIT=1), runs benches/e2e.rs (every peer ×
+# workload, one operator at a time), and tears the cluster down via trap even
+# on failure. The table goes to stdout, the numbers to target/bench/e2e.json.
+# Quick run: BENCH_JOBS=50 BENCH_NOISE_PODS=1000 BENCH_BIG_WORKERS=100 make bench-e2e
+set -euo pipefail
+LOG_TAG=bench
+source "$(dirname "$0")/lib.sh"
+
+export TFJOB_CLUSTER_DIR="${BENCH_CLUSTER_DIR:-$REPO_DIR/target/bench/cluster}"
+export TFJOB_AUDIT=1
+BENCH_KUBEFLOW_DIR="$(bash "$E2E_DIR/peers.sh" --dir)"
+export BENCH_KUBEFLOW_DIR TFJOB_CACHE_DIR
+
+cd "$REPO_DIR"
+mkdir -p target/bench
+# Build both binaries first and copy them aside: CARGO_TARGET_DIR may be
+# shared with other worktrees, whose builds would replace them mid-run.
+if [[ -z "${BENCH_OPERATOR_BIN:-}" ]]; then
+  cargo build --release --bin tfjob-operator
+  cp "${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/tfjob-operator" target/bench/tfjob-operator
+  export BENCH_OPERATOR_BIN="$REPO_DIR/target/bench/tfjob-operator"
+fi
+bench_bin=$(cargo bench --bench e2e --no-run --message-format=json 2>/dev/null \
+  | sed -n 's/.*"target":{[^}]*"name":"e2e".*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+[[ -x "$bench_bin" ]] || die "could not build benches/e2e.rs (try: cargo bench --bench e2e --no-run)"
+cp "$bench_bin" target/bench/e2e-bench
+
+teardown() {
+  local rc=$?
+  trap - EXIT INT TERM
+  bash "$E2E_DIR/cluster.sh" down || rc=1
+  exit "$rc"
+}
+trap teardown EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+bash "$E2E_DIR/cluster.sh" down
+bash "$E2E_DIR/cluster.sh" up
+target/bench/e2e-bench
