@@ -19,6 +19,7 @@ use crate::runtime::{InformerFactory, SharedInformer, WatchConfig};
 use super::metrics::JobMetrics;
 use super::observer::ExpectationsObserver;
 use super::plan::PlanConfig;
+use super::read_your_writes::WrittenStatus;
 use super::reconcile::{JOB_NAME_INDEX, SyncError, TfJobReconciler};
 
 /// The event source name on Events we write (Kubeflow's).
@@ -92,6 +93,7 @@ pub fn reconciler(
             cluster_domain: options.cluster_domain.clone(),
         },
         write_concurrency: options.write_concurrency,
+        written: WrittenStatus::default(),
     }
 }
 

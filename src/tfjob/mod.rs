@@ -13,5 +13,6 @@ pub mod observer;
 pub mod plan;
 #[cfg(test)]
 mod plan_tests;
+pub mod read_your_writes;
 pub mod reconcile;
 pub mod tf_config;

@@ -26,6 +26,7 @@ use crate::runtime::{CONTROLLER_UID_INDEX, Indexer, Object, ObjectKey};
 use super::children::owner_reference;
 use super::metrics::JobMetrics;
 use super::plan::{Action, Observed, Plan, PlanConfig, plan};
+use super::read_your_writes::WrittenStatus;
 
 /// How many creates or deletes one reconcile issues at once. A 500-worker
 /// job would take seconds one write at a time; the API server takes these
@@ -89,6 +90,8 @@ pub struct TfJobReconciler {
     pub metrics: JobMetrics,
     pub plan_config: PlanConfig,
     pub write_concurrency: usize,
+    /// Our own recent status writes, for reading them before the cache has them.
+    pub written: WrittenStatus,
 }
 
 impl TfJobReconciler {
@@ -96,10 +99,12 @@ impl TfJobReconciler {
     pub async fn sync(&self, key: &ObjectKey) -> Result<Option<Duration>, SyncError> {
         // Observe. A job gone from the cache was deleted: its children go
         // with it through garbage collection (they carry its ownerReference).
-        let Some(job) = self.jobs.get(key) else {
+        let Some(cached) = self.jobs.get(key) else {
             self.expectations.forget(key);
+            self.written.forget(key);
             return Ok(None);
         };
+        let job = self.written.newest(key, cached);
         if !self.expectations.satisfied(key) {
             // The informer will enqueue the job again as it observes our
             // writes; the requeue is only a safety net for a lost event.
@@ -444,9 +449,12 @@ impl TfJobReconciler {
             .replace_status(key.name(), &PostParams::default(), &updated)
             .await
         {
-            Ok(_) => {
+            Ok(stored) => {
                 self.metrics
                     .record_transition(&namespace, job.status.as_ref(), &plan.status);
+                if let Some(before) = job.metadata.resource_version.as_deref() {
+                    self.written.remember(key, before, stored);
+                }
                 Ok(())
             }
             Err(source) => Err(SyncError::Status {
