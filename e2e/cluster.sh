@@ -5,7 +5,9 @@
 #
 #   cluster.sh up                  start (fresh data); if this dir's cluster is running, say so
 #   cluster.sh down                stop what `up` started (pid files), remove state, keep logs/
-#   cluster.sh restart <component> stop and start one component in place (same ports, same data)
+#   cluster.sh restart <component> [--alone]
+#                                  stop and start one component in place (same ports, same data);
+#                                  after apiserver or etcd, also restarts their clients (not with --alone)
 #   cluster.sh status              which components run, on which ports
 #
 # State lives in $TFJOB_CLUSTER_DIR (default <repo>/.cluster, gitignored):
@@ -228,6 +230,7 @@ start_etcd() {
   wait_for 30 etcd curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
 }
 
+# shellcheck disable=SC2329 # called through wait_for
 admin_curl() {
   curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
     "https://127.0.0.1:$APISERVER_PORT$1"
@@ -285,6 +288,7 @@ start_scheduler() {
 
 kubectl_admin() { "$BIN/kubectl" --kubeconfig "$D/kubeconfig" "$@"; }
 
+# shellcheck disable=SC2329 # called through wait_for
 nodes_ready() {
   local ready
   ready=$(kubectl_admin get nodes -l type=kwok \
@@ -434,6 +438,29 @@ cmd_restart() {
   stop_component "$name" 20
   start_one "$name"
   log "$name is back"
+  # The API server's own clients (KWOK, scheduler, controller-manager) would
+  # recover by themselves, but only after client-go's reflector backoff (up to
+  # ~30 s, longer if they hit the restarting server's not-yet-synced RBAC):
+  # meanwhile no pod would start, finish or be garbage-collected. Restarting
+  # them makes the cluster whole again at once. `--alone` skips this.
+  if [[ "$name" == kube-apiserver || "$name" == etcd ]] && [[ "${2:-}" != --alone ]]; then
+    restart_clients
+  fi
+}
+
+restart_clients() {
+  local c stoppers=()
+  log "restarting the API server's clients: kwok, kube-scheduler, kube-controller-manager"
+  for c in kwok kube-scheduler kube-controller-manager; do
+    stop_component "$c" 15 &
+    stoppers+=($!)
+  done
+  # Only these: a bare `wait` would also wait for the components this shell started.
+  wait "${stoppers[@]}"
+  start_controller_manager
+  start_scheduler
+  start_kwok
+  log "clients are back"
 }
 
 cmd_status() {
@@ -454,10 +481,16 @@ cmd_status() {
   return $rc
 }
 
-case "${1:-}" in
-  up) cmd_up ;;
-  down) cmd_down ;;
-  restart) cmd_restart "${2:-}" ;;
-  status) cmd_status ;;
-  *) die "usage: cluster.sh up|down|restart <component>|status" ;;
-esac
+main() {
+  case "${1:-}" in
+    up) cmd_up ;;
+    down) cmd_down ;;
+    restart) cmd_restart "${2:-}" "${3:-}" ;;
+    status) cmd_status ;;
+    *) die "usage: cluster.sh up|down|restart <component>|status" ;;
+  esac
+}
+
+# One line, so bash has read all of it before running (safe to edit this
+# file while a cluster command runs).
+main "$@"; exit $?

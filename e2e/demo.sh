@@ -41,7 +41,11 @@ source "$D/env"
 
 log "installing the TFJob CRD"
 "$BIN" crd | kubectl apply --server-side --force-conflicts -f - >/dev/null
-kubectl wait --for=condition=Established crd/tfjobs.kubeflow.org --timeout=60s >/dev/null
+# (`kubectl wait` fails outright while the CRD has no conditions yet.)
+for _ in $(seq 300); do
+  [[ "$(kubectl get crd tfjobs.kubeflow.org -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')" == True ]] && break
+  sleep 0.2
+done
 
 stop_operator
 log "starting the operator (log: $D/logs/operator.log)"

@@ -16,6 +16,8 @@ NS = sys.argv[1] if len(sys.argv) > 1 else "demo"
 EXIT = "e2e.tfjob-operator.local/exit-code"
 CONTAINER = "e2e.tfjob-operator.local/exit-container"
 T0 = time.time()
+# How long each job "trains" (stays Running) before KWOK is told to finish it.
+TRAIN_SECONDS = 3
 
 
 def kubectl(*args):
@@ -34,7 +36,7 @@ def state(job):
     for t in ("Failed", "Succeeded", "Suspended", "Restarting", "Running", "Created"):
         if t in true:
             return t
-    return "Pending"
+    return "New"  # no condition yet: the operator has not seen it
 
 
 def pods_summary(pods, job):
@@ -75,6 +77,7 @@ def deciding_pods(job):
 
 def main():
     seen, restarted, finishing, gone = {}, set(), set(), set()
+    running_since, restarts_seen = {}, {}
     deadline = time.time() + 240
     while time.time() < deadline:
         jobs, pods = get("tfjobs"), get("pods")
@@ -92,7 +95,13 @@ def main():
             seen[name] = (st, job)
             policies = {v.get("restartPolicy") for v in job["spec"]["tfReplicaSpecs"].values()}
             restarts = sum(r.get("restarts", 0) for r in job.get("status", {}).get("replicaStatuses", {}).values())
+            if restarts != restarts_seen.get(name, 0):
+                restarts_seen[name] = restarts
+                say(f"{name}: restart #{restarts}: the operator re-created the killed Pod   ({summary})")
             if st != "Running" or name in finishing:
+                continue
+            running_since.setdefault(name, time.time())
+            if time.time() - running_since[name] < TRAIN_SECONDS:
                 continue
             if "ExitCode" in policies and name not in restarted:
                 restarted.add(name)

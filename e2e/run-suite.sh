@@ -13,6 +13,7 @@ export TFJOB_CLUSTER_DIR TFJOB_CACHE_DIR
 # Tests mostly wait on the cluster, not the CPU: more threads than cores is right.
 E2E_TEST_THREADS="${E2E_TEST_THREADS:-8}"
 
+# shellcheck disable=SC2329 # the EXIT trap calls it
 teardown() {
   local rc=$?
   trap - EXIT INT TERM
@@ -26,14 +27,19 @@ trap teardown EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-start=$SECONDS
-# A fresh cluster: whatever ran from this dir before goes first.
-bash "$E2E_DIR/cluster.sh" down
-bash "$E2E_DIR/check-cycle.sh"
-bash "$E2E_DIR/cluster.sh" up
-up_done=$SECONDS
+main() {
+  local start=$SECONDS up_done
+  # A fresh cluster: whatever ran from this dir before goes first.
+  bash "$E2E_DIR/cluster.sh" down
+  bash "$E2E_DIR/check-cycle.sh"
+  bash "$E2E_DIR/cluster.sh" up
+  up_done=$SECONDS
 
-cd "$REPO_DIR"
-log "running the e2e tests (--test-threads=$E2E_TEST_THREADS)"
-cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS"
-log "e2e: cycle check + cluster-up $((up_done - start)) s, tests $((SECONDS - up_done)) s"
+  cd "$REPO_DIR"
+  log "running the e2e tests (--test-threads=$E2E_TEST_THREADS)"
+  cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS"
+  log "e2e: cycle check + cluster-up $((up_done - start)) s, tests $((SECONDS - up_done)) s"
+}
+
+# One line: bash has read the whole script before it runs.
+main "$@"; exit $?

@@ -10,26 +10,9 @@
 # directory exists. A cold run compiles Kubernetes: roughly 5-15 minutes on 2 cores.
 # Prints nothing but progress; `bash e2e/tools.sh --bin-dir` prints the bin dir.
 set -euo pipefail
-LOG_TAG=tools
+export LOG_TAG=tools
+# shellcheck source=e2e/lib.sh
 source "$(dirname "$0")/lib.sh"
-
-if [[ "${1:-}" == "--bin-dir" ]]; then bin_dir; exit 0; fi
-
-command -v go >/dev/null || die "go is needed to build the control plane (see README, 'Local cluster')"
-command -v cargo >/dev/null || die "cargo is needed to fetch etcd"
-mkdir -p "$TOOLS_DIR"
-# Two `make` runs at once (two worktrees) must not build into the same place.
-exec 9>"$TOOLS_DIR/.lock"
-if ! flock -n 9; then
-  log "another e2e/tools.sh is building into $TOOLS_DIR: waiting for it"
-  flock 9
-fi
-
-case "$(uname -m)" in
-  x86_64) etcd_arch=amd64 ;;
-  aarch64 | arm64) etcd_arch=arm64 ;;
-  *) die "no etcd binary for $(uname -m) in etcd-bin-vendored" ;;
-esac
 
 # Runs a long command in the background and says every 30 s that it is still
 # going (and how many packages `go build -v` has compiled), so a cold build
@@ -149,10 +132,35 @@ link_bin_dir() {
   ln -sf "$(helm_dir)/bin/helm" "$dir/helm"
 }
 
-start=$SECONDS
-build_etcd
-build_kubernetes
-build_kwok
-build_helm
-link_bin_dir
-log "tools ready in $(bin_dir) ($((SECONDS - start)) s)"
+main() {
+  if [[ "${1:-}" == "--bin-dir" ]]; then
+    bin_dir
+    return 0
+  fi
+  command -v go >/dev/null || die "go is needed to build the control plane (see README, 'Local cluster')"
+  command -v cargo >/dev/null || die "cargo is needed to fetch etcd"
+  mkdir -p "$TOOLS_DIR"
+  # Two `make` runs at once (two worktrees) must not build into the same place.
+  exec 9>"$TOOLS_DIR/.lock"
+  if ! flock -n 9; then
+    log "another e2e/tools.sh is building into $TOOLS_DIR: waiting for it"
+    flock 9
+  fi
+  case "$(uname -m)" in
+    x86_64) etcd_arch=amd64 ;;
+    aarch64 | arm64) etcd_arch=arm64 ;;
+    *) die "no etcd binary for $(uname -m) in etcd-bin-vendored" ;;
+  esac
+
+  local start=$SECONDS
+  build_etcd
+  build_kubernetes
+  build_kwok
+  build_helm
+  link_bin_dir
+  log "tools ready in $(bin_dir) ($((SECONDS - start)) s)"
+}
+
+# One line, so bash has read all of it before running: editing this file
+# while a long build runs cannot make bash resume at a shifted offset.
+main "$@"; exit $?

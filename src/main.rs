@@ -119,8 +119,10 @@ fn init_logging(args: &RunArgs) -> anyhow::Result<()> {
     if args.trace_pipeline {
         filter.push_str(",pipeline=debug");
     }
-    let builder =
-        tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter)?);
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_ansi(std::io::stdout().is_terminal())
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter)?);
     match args.log_format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),

@@ -1,7 +1,8 @@
 //! The controller: watches feed a queue, workers drain it into `reconcile`.
 //!
 //! Mirrors controller-runtime `pkg/builder/controller.go` (the builder:
-//! `For`, `Owns`, `Watches`, `WithEventFilter`) and
+//! `For`, `Owns`, `Watches`, `WithEventFilter`, plus the `Channel` source as
+//! `watches_channel` and [`Controller::queue`]) and
 //! `pkg/internal/controller/controller.go` (`Start`, `processNextWorkItem`,
 //! `reconcileHandler`), in the lifecycle order sample-controller reads in:
 //! build → run (register handlers, wait for caches, start workers) → worker
@@ -23,8 +24,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures::FutureExt;
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt, Stream, StreamExt};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -116,6 +118,7 @@ pub struct ControllerBuilder {
     name: String,
     primary: Option<OwnerType>,
     sources: Vec<Source>,
+    channels: Vec<BoxStream<'static, ObjectKey>>,
     needs_primary: bool,
     filters: Vec<Arc<dyn Predicate>>,
     workers: usize,
@@ -175,6 +178,15 @@ impl ControllerBuilder {
             }
         });
         self.sources.push(source(informer, register));
+        self
+    }
+
+    /// External triggers (controller-runtime's `Channel` source): every key
+    /// the stream yields is added to the queue once the workers run. Event
+    /// filters do not apply (there is no object to look at). For one-off
+    /// triggers, [`Controller::queue`] works too.
+    pub fn watches_channel(mut self, keys: impl Stream<Item = ObjectKey> + Send + 'static) -> Self {
+        self.channels.push(keys.boxed());
         self
     }
 
@@ -238,6 +250,7 @@ impl ControllerBuilder {
             }),
             primary,
             sources: self.sources,
+            channels: self.channels,
             filters: self.filters,
             workers: self.workers,
             cache_sync_timeout: self.cache_sync_timeout,
@@ -253,6 +266,7 @@ impl Controller<()> {
             name: name.to_owned(),
             primary: None,
             sources: Vec::new(),
+            channels: Vec::new(),
             needs_primary: false,
             filters: Vec::new(),
             workers: 1,
@@ -268,6 +282,7 @@ pub struct Controller<R> {
     inner: Arc<Inner<R>>,
     primary: OwnerType,
     sources: Vec<Source>,
+    channels: Vec<BoxStream<'static, ObjectKey>>,
     filters: Vec<Arc<dyn Predicate>>,
     workers: usize,
     cache_sync_timeout: Duration,
@@ -303,6 +318,7 @@ impl<R: Reconciler> Controller<R> {
             inner,
             primary,
             sources,
+            channels,
             filters,
             workers,
             cache_sync_timeout,
@@ -330,12 +346,23 @@ impl<R: Reconciler> Controller<R> {
             .metrics
             .max_concurrent
             .set(i64::try_from(workers).unwrap_or(i64::MAX));
+        let mut forwarders = JoinSet::new();
+        for mut keys in channels {
+            let queue = inner.queue.clone();
+            forwarders.spawn(async move {
+                while let Some(key) = keys.next().await {
+                    queue.add(key);
+                }
+            });
+        }
         let mut tasks = JoinSet::new();
         for _ in 0..workers {
             let inner = Arc::clone(&inner);
             tasks.spawn(async move { while inner.process_next_work_item().await {} });
         }
         shutdown.cancelled().await;
+        // Forwarders only move keys into a queue that is about to refuse them.
+        forwarders.abort_all();
         tracing::info!(controller = %inner.name, "shutdown signal received, waiting for reconciles in flight");
         inner.queue.shut_down_with_drain().await;
         while tasks.join_next().await.is_some() {}
@@ -351,6 +378,7 @@ impl<R: Reconciler> Inner<R> {
         let Some(key) = self.queue.get().await else {
             return false;
         };
+        tracing::debug!(target: "pipeline", stage = "5 worker", controller = %self.name, key = %key, "key taken from the workqueue: reconciling");
         self.metrics.active_workers.inc();
         self.reconcile_handler(&key).await;
         self.metrics.active_workers.dec();
@@ -373,6 +401,7 @@ impl<R: Reconciler> Inner<R> {
             .reconcile_time
             .observe(start.elapsed().as_secs_f64());
         let _entered = span.enter();
+        tracing::debug!(target: "pipeline", stage = "7 worker", key = %key, result = ?result.as_ref().map(|r| r.as_ref().map_err(|e| e.category())).ok(), elapsed = ?start.elapsed(), "reconcile finished");
         let m = &self.metrics;
         match result {
             Ok(Ok(Action::Done)) => {
@@ -782,6 +811,29 @@ mod tests {
         );
     }
 
+    #[test]
+    fn every_controller_runtime_name_is_exposed_exactly() {
+        let registry = new_registry();
+        let _c = Controller::builder("named")
+            .registry(&registry)
+            .build(Scripted::new(&[]))
+            .unwrap();
+        let text = encode(&registry);
+        for series in [
+            "controller_runtime_reconcile_total{controller=\"named\",result=\"success\"} 0",
+            "controller_runtime_reconcile_total{controller=\"named\",result=\"error\"} 0",
+            "controller_runtime_reconcile_total{controller=\"named\",result=\"requeue_after\"} 0",
+            "controller_runtime_reconcile_errors_total{controller=\"named\"} 0",
+            "controller_runtime_terminal_reconcile_errors_total{controller=\"named\"} 0",
+            "controller_runtime_reconcile_panics_total{controller=\"named\"} 0",
+            "controller_runtime_reconcile_time_seconds_count{controller=\"named\"} 0",
+            "controller_runtime_active_workers{controller=\"named\"} 0",
+            "controller_runtime_max_concurrent_reconciles{controller=\"named\"} 0",
+        ] {
+            assert!(text.contains(series), "missing {series}: {text}");
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn requeue_after_fires_at_exactly_the_requested_time() {
         let rec = Scripted::new(&[("ns/a", &[Step::Requeue(Duration::from_secs(30))])]);
@@ -928,6 +980,22 @@ mod tests {
         );
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn keys_from_a_channel_source_are_reconciled() {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let rec = Scripted::new(&[]);
+        let c = Controller::builder("test")
+            .watches_channel(rx)
+            .build(rec.clone())
+            .unwrap();
+        let run = start(c);
+        tx.unbounded_send(key("external")).unwrap();
+        sleep_ms(1).await;
+        assert_eq!(rec.keys(), ["ns/external"]);
+        run.shutdown.cancel();
+        assert!(matches!(run.handle.await, Ok(Ok(()))));
+    }
+
     #[test]
     fn builder_refuses_owns_without_a_primary_and_zero_workers() {
         let inf = configmaps(ScriptedListWatch::new());
@@ -981,6 +1049,49 @@ mod tests {
         assert_eq!(keys, ["ns/a", "ns/b"]);
         run.shutdown.cancel();
         assert!(matches!(run.handle.await, Ok(Ok(()))));
+        shutdown.cancel();
+    }
+
+    fn child_json(name: &str, owner: &str) -> serde_json::Value {
+        let mut cm = cm_json(name, "1");
+        cm["metadata"]["ownerReferences"] = serde_json::json!([{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": owner,
+            "uid": "u-1", "controller": true,
+        }]);
+        cm
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn owns_enqueues_the_owner_and_watches_enqueues_the_mapped_keys() {
+        let parents = configmaps(ScriptedListWatch::new().list(Ok(page(vec![], "1", None))));
+        let children = configmaps(ScriptedListWatch::new().list(Ok(page(
+            vec![child_json("c1", "p1"), child_json("c2", "p2")],
+            "1",
+            None,
+        ))));
+        let others =
+            configmaps(ScriptedListWatch::new().list(Ok(page(vec![cm_json("x", "1")], "1", None))));
+        let shutdown = CancellationToken::new();
+        for inf in [&parents, &children, &others] {
+            tokio::spawn(inf.clone().run(shutdown.clone()));
+        }
+        let rec = Scripted::new(&[]);
+        let c = Controller::builder("cm")
+            .for_informer(&parents)
+            .owns(&children)
+            .watches(&others, |cm: &ConfigMap| {
+                vec![ObjectKey::new(
+                    Some("elsewhere"),
+                    cm.metadata.name.as_deref().unwrap_or(""),
+                )]
+            })
+            .build(rec.clone())
+            .unwrap();
+        let _run = start(c);
+        sleep_ms(1_000).await;
+        let mut keys = rec.keys();
+        keys.sort();
+        assert_eq!(keys, ["elsewhere/x", "ns/p1", "ns/p2"]);
         shutdown.cancel();
     }
 

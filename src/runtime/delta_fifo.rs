@@ -223,7 +223,9 @@ impl<K: Object> DeltaFifo<K> {
             tracing::warn!("ignoring an object without a name");
             return;
         };
-        self.lock().queue_action(key, make(obj));
+        let delta = make(obj);
+        tracing::debug!(target: "pipeline", stage = "2 delta_fifo", kind = %K::kind(&()), key = %key, delta = delta.kind(), "delta queued");
+        self.lock().queue_action(key, delta);
         self.notify.notify_waiters();
     }
 
@@ -249,6 +251,7 @@ impl<K: Object> DeltaFifo<K> {
             if !state.items.contains_key(&key) && !self.known.contains_key(&key) {
                 return;
             }
+            tracing::debug!(target: "pipeline", stage = "2 delta_fifo", kind = %K::kind(&()), key = %key, delta = "Deleted", "delta queued");
             state.queue_action(key, Delta::Deleted(DeletedObject::Deleted(obj)));
         }
         self.notify.notify_waiters();
@@ -258,6 +261,7 @@ impl<K: Object> DeltaFifo<K> {
     /// a `FinalStateUnknown` tombstone for every key that is cached or queued
     /// but absent from the list (client-go `Replace`).
     pub fn replace(&self, list: Vec<Arc<K>>) {
+        tracing::debug!(target: "pipeline", stage = "2 delta_fifo", kind = %K::kind(&()), objects = list.len(), "relist: Replaced for each listed object, a tombstone for each vanished key");
         let mut state = self.lock();
         let mut listed = HashSet::with_capacity(list.len());
         for obj in list {
@@ -393,8 +397,11 @@ impl<K: Object> DeltaFifo<K> {
 
     /// True once the first `replace` happened and every key it queued has
     /// been popped and processed (client-go `HasSynced`).
+    ///
+    /// Reads a flag, not the queue: safe to call from an event handler, which
+    /// runs while the queue is locked.
     pub fn has_synced(&self) -> bool {
-        self.lock().has_synced()
+        *self.synced.borrow()
     }
 
     /// Waits until [`Self::has_synced`]. Cancel-safe.
@@ -517,7 +524,7 @@ mod tests {
         f.replace(vec![cm("kept", "3"), cm("new", "4")]);
         let mut popped = Vec::new();
         while let Some(d) = f.try_pop_with(|d| d) {
-            popped.push((d.key.name.clone(), kinds(&d)));
+            popped.push((d.key.name().to_string(), kinds(&d)));
         }
         popped.sort();
         assert_eq!(
@@ -563,7 +570,7 @@ mod tests {
         f.resync();
         let mut popped = Vec::new();
         while let Some(d) = f.try_pop_with(|d| d) {
-            popped.push((d.key.name.clone(), kinds(&d)));
+            popped.push((d.key.name().to_string(), kinds(&d)));
         }
         popped.sort();
         assert_eq!(
@@ -585,8 +592,8 @@ mod tests {
         assert_eq!(first, Some(true));
         assert!(!f.has_synced());
         // While the last initial key is processed, the FIFO is not yet synced.
-        let during = f.try_pop_with(|d| (d.in_initial_list, f.state.try_lock().is_err()));
-        assert_eq!(during, Some((true, true)));
+        let during = f.try_pop_with(|d| (d.in_initial_list, f.has_synced()));
+        assert_eq!(during, Some((true, false)));
         assert!(f.has_synced());
         f.add(cm("c", "3"));
         assert_eq!(f.try_pop_with(|d| d.in_initial_list), Some(false));

@@ -531,10 +531,10 @@ impl EventBroadcaster {
                 Ok(()) => return,
                 Err(error) if attempt == attempts => {
                     self.metrics.failed.inc();
-                    tracing::warn!(error = %error, object = %event.display_object(), reason = %event.reason, "failed to write event; giving up");
+                    tracing::warn!(error = %error, cause = %std::error::Error::source(&error).map(ToString::to_string).unwrap_or_default(), object = %event.display_object(), reason = %event.reason, "failed to write event; giving up");
                 }
                 Err(error) => {
-                    tracing::debug!(error = %error, attempt, "failed to write event; retrying");
+                    tracing::debug!(error = %error, cause = %std::error::Error::source(&error).map(ToString::to_string).unwrap_or_default(), attempt, "failed to write event; retrying");
                     tokio::time::sleep(WRITE_RETRY_PAUSE).await;
                 }
             }

@@ -9,16 +9,21 @@
 //! It must never start an informer implicitly on a read (controller-runtime's
 //! lazy informers caused surprise cluster-wide watches), and never create two
 //! informers for one (kind, config).
+mod metrics;
+
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, join_all};
 use tokio_util::sync::CancellationToken;
 
+use self::metrics::{InformerCollector, InformerLabels, Snapshot};
 use super::Object;
 use super::informer::{InformerConfig, SharedInformer};
+use super::metrics::SharedRegistry;
 use super::reflector::{ApiListWatch, ReflectorConfig};
 
 /// What one informer watches: the scope and filters of its list/watch.
@@ -38,6 +43,8 @@ trait AnyInformer: Send + Sync {
     fn spawn(&self, shutdown: CancellationToken);
     fn has_synced(&self) -> bool;
     fn wait_for_sync(&self) -> BoxFuture<'static, ()>;
+    fn snapshot(&self) -> Snapshot;
+    fn kind(&self) -> String;
 }
 
 impl<K: Object> AnyInformer for SharedInformer<K> {
@@ -57,6 +64,25 @@ impl<K: Object> AnyInformer for SharedInformer<K> {
         let informer = self.clone();
         Box::pin(async move { informer.wait_for_sync().await })
     }
+
+    fn snapshot(&self) -> Snapshot {
+        let status = self.reflector_status();
+        Snapshot {
+            lists: status.lists(),
+            watches: status.watches(),
+            decode_failures: status.decode_failures(),
+            last_sync_resource_version: status
+                .last_sync_resource_version()
+                .and_then(|rv| rv.parse().ok())
+                .unwrap_or(0),
+            cached_objects: i64::try_from(self.indexer().len()).unwrap_or(i64::MAX),
+            synced: SharedInformer::has_synced(self),
+        }
+    }
+
+    fn kind(&self) -> String {
+        K::kind(&()).into_owned()
+    }
 }
 
 struct Entry {
@@ -69,6 +95,7 @@ struct Entry {
 pub struct InformerFactory {
     client: kube::Client,
     entries: Arc<Mutex<HashMap<(TypeId, WatchConfig), Entry>>>,
+    metrics_registered: Arc<AtomicBool>,
 }
 
 impl InformerFactory {
@@ -76,7 +103,40 @@ impl InformerFactory {
         Self {
             client,
             entries: Arc::new(Mutex::new(HashMap::new())),
+            metrics_registered: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Exports `informer_*` metrics (lists, watches, decode failures, last
+    /// resourceVersion, cached objects, synced) for every informer this
+    /// factory creates, now or later. Only the first call registers.
+    pub fn register_metrics(&self, registry: &SharedRegistry) {
+        if self.metrics_registered.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let entries = Arc::downgrade(&self.entries);
+        let source = Arc::new(move || {
+            let Some(entries) = entries.upgrade() else {
+                return Vec::new();
+            };
+            let entries = entries.lock().unwrap_or_else(|p| p.into_inner());
+            entries
+                .iter()
+                .map(|((_, config), entry)| {
+                    let labels = InformerLabels {
+                        kind: entry.informer.kind(),
+                        namespace: config.namespace.clone().unwrap_or_default(),
+                        label_selector: config.label_selector.clone().unwrap_or_default(),
+                        field_selector: config.field_selector.clone().unwrap_or_default(),
+                    };
+                    (labels, entry.informer.snapshot())
+                })
+                .collect()
+        });
+        registry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .register_collector(Box::new(InformerCollector { source }));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(TypeId, WatchConfig), Entry>> {
@@ -216,6 +276,36 @@ mod tests {
         assert!(waited.is_err());
         assert!(!factory.has_synced());
         shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn metrics_report_every_informer_once_even_if_registered_twice() {
+        let factory = InformerFactory::new(offline_client());
+        let registry = crate::runtime::metrics::new_registry();
+        factory.register_metrics(&registry);
+        factory.register_metrics(&registry);
+        let pods = factory.informer::<Pod>(WatchConfig {
+            namespace: Some("team-a".into()),
+            ..WatchConfig::default()
+        });
+        pods.indexer().insert(Arc::new(
+            serde_json::from_value::<Pod>(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "team-a"}
+            }))
+            .expect("a minimal Pod"),
+        ));
+        let text = crate::runtime::metrics::encode(&registry);
+        let cached: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("informer_cached_objects{"))
+            .collect();
+        assert_eq!(cached.len(), 1, "{text}");
+        assert!(cached[0].contains(r#"kind="Pod""#), "{text}");
+        assert!(cached[0].contains(r#"namespace="team-a""#), "{text}");
+        assert!(cached[0].ends_with(" 1"), "{text}");
+        assert!(text.contains("# TYPE informer_lists counter"), "{text}");
+        assert!(text.contains("informer_lists_total{"), "{text}");
+        assert!(text.contains("informer_synced{"), "{text}");
     }
 
     #[tokio::test]

@@ -316,6 +316,7 @@ impl<K: Object> EnqueueHandler<K> {
 
     fn enqueue(&self, keys: Vec<ObjectKey>) {
         for key in keys {
+            tracing::debug!(target: "pipeline", stage = "4 handler", key = %key, "key added to the workqueue");
             self.queue.add(key);
         }
     }

@@ -205,6 +205,7 @@ impl<K: Object> SharedInformer<K> {
             .read()
             .unwrap_or_else(|p| p.into_inner());
         let indexer = &self.inner.indexer;
+        tracing::debug!(target: "pipeline", stage = "3 informer", kind = %K::kind(&()), key = %deltas.key, deltas = deltas.deltas.len(), handlers = handlers.len(), "popped: indexer updated, then handlers called");
         for delta in deltas.deltas {
             match delta {
                 Delta::Added(obj)
@@ -529,6 +530,38 @@ mod tests {
             .await
             .expect("run returned")
             .unwrap();
+    }
+
+    /// Reads the informer from inside a handler, as a controller might.
+    struct SyncProbe {
+        informer: SharedInformer<ConfigMap>,
+        seen: Mutex<Vec<(bool, usize)>>,
+    }
+
+    impl EventHandler<ConfigMap> for SyncProbe {
+        fn on_add(&self, _: &Arc<ConfigMap>, _: bool) {
+            let seen = (self.informer.has_synced(), self.informer.indexer().len());
+            self.seen.lock().unwrap().push(seen);
+        }
+        fn on_update(&self, _: &Arc<ConfigMap>, _: &Arc<ConfigMap>) {}
+        fn on_delete(&self, _: &DeletedObject<ConfigMap>) {}
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handler_may_read_the_informer_without_deadlocking() {
+        let lw = ScriptedListWatch::new().list(Ok(page(vec![cm_json("a", "1")], "1", None)));
+        let inf = informer(lw, None);
+        let probe = Arc::new(SyncProbe {
+            informer: inf.clone(),
+            seen: Mutex::new(Vec::new()),
+        });
+        inf.add_event_handler(probe.clone());
+        let _guard = run(&inf);
+        tokio::time::timeout(Duration::from_secs(5), inf.wait_for_sync())
+            .await
+            .expect("synced, no deadlock");
+        // Not yet synced while the last initial object is being delivered.
+        assert_eq!(*probe.seen.lock().unwrap(), [(false, 1)]);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Claiming children: adopt matching orphans, release children that no
 //! longer match, ignore what another controller owns.
 //!
-//! Mirrors client-go's `ControllerRefManager` (`pkg/controller/controller_ref_manager.go`
-//! in kubernetes/kubernetes), used by the Deployment and Job controllers and by
+//! Mirrors `ControllerRefManager` (kubernetes/kubernetes
+//! `pkg/controller/controller_ref_manager.go`), used by the Deployment and Job controllers and by
 //! Kubeflow: a child belongs to the owner named by its *controller*
 //! ownerReference. An orphan (no controller reference) whose labels match the
 //! owner's selector is adopted — but only after an uncached read shows the

@@ -69,6 +69,8 @@ pub enum ReflectorError {
         "failed to finish a streaming list: the watch ended before the initial-events-end bookmark"
     )]
     StreamingListIncomplete,
+    #[error("failed to watch: the server closed the watch at once without any event")]
+    VeryShortWatch,
 }
 
 impl ReflectorError {
@@ -80,6 +82,7 @@ impl ReflectorError {
             Self::Watch(_) => "watch",
             Self::WatchEvent(_) => "watch_event",
             Self::StreamingListIncomplete => "streaming_list",
+            Self::VeryShortWatch => "very_short_watch",
         }
     }
 
@@ -109,11 +112,15 @@ impl ReflectorError {
     }
 }
 
+/// Our resourceVersion cannot be watched from: compacted away (410 Gone,
+/// "too old resource version"), or ahead of the server ("Too large resource
+/// version", e.g. after an etcd restore). Either way only a relist recovers.
 fn is_expired(status: &Status) -> bool {
     status.code == 410
         || status.reason == "Expired"
         || status.reason == "Gone"
         || status.message.contains("too old resource version")
+        || status.message.contains("Too large resource version")
 }
 
 /// What a reflector is configured to watch and how.
@@ -315,7 +322,8 @@ impl<K: Object> Reflector<K> {
         } else {
             min
         };
-        let mut wp = WatchParams::default().timeout(timeout.as_secs().max(1) as u32);
+        let mut wp = WatchParams::default()
+            .timeout(u32::try_from(timeout.as_secs().max(1)).unwrap_or(u32::MAX));
         wp.label_selector = self.config.label_selector.clone();
         wp.field_selector = self.config.field_selector.clone();
         (wp, timeout)
@@ -353,13 +361,16 @@ impl<K: Object> Reflector<K> {
         if self.streaming_list {
             match self.streaming_list().await {
                 Ok(stream) => return Ok(Some(stream)),
+                // Throttled: honour Retry-After rather than list at once.
+                Err(e) if e.retry_after().is_some() => return Err(e),
                 Err(e) => {
-                    // A server without WatchList refuses the parameters with a
-                    // 4xx; stop asking. Anything else: fall back just this time.
-                    let refused = e.status().is_some_and(|s| (400..500).contains(&s.code))
-                        && !e.is_expired()
-                        && e.retry_after().is_none();
-                    if refused || matches!(e, ReflectorError::StreamingListIncomplete) {
+                    // A server without WatchList (every supported version
+                    // knows the parameter) refuses it with a 4xx: stop asking.
+                    // Anything else, e.g. a stream cut by a restart before its
+                    // end bookmark: fall back just this time.
+                    let refused =
+                        e.status().is_some_and(|s| (400..500).contains(&s.code)) && !e.is_expired();
+                    if refused {
                         self.streaming_list = false;
                     }
                     tracing::info!(error = %e, "streaming list failed, falling back to paginated LIST");
@@ -387,6 +398,7 @@ impl<K: Object> Reflector<K> {
                 None => break page.resource_version,
             }
         };
+        tracing::debug!(target: "pipeline", stage = "1 reflector", kind = %K::kind(&()), objects = objects.len(), rv = %resource_version, "LIST done: replacing the FIFO's contents");
         self.fifo.replace(objects);
         self.status.set_resource_version(&resource_version);
         self.status.shared.lists.fetch_add(1, Ordering::Relaxed);
@@ -428,6 +440,7 @@ impl<K: Object> Reflector<K> {
                         .get(INITIAL_EVENTS_END_ANNOTATION)
                         .is_some_and(|v| v == "true");
                     if ends {
+                        tracing::debug!(target: "pipeline", stage = "1 reflector", kind = %K::kind(&()), objects = objects.len(), rv = %b.metadata.resource_version, "streaming LIST (WatchList) done: replacing the FIFO's contents");
                         self.fifo.replace(std::mem::take(&mut objects));
                         self.status
                             .set_resource_version(&b.metadata.resource_version);
@@ -463,6 +476,9 @@ impl<K: Object> Reflector<K> {
     async fn consume(&self, mut state: WatchStreamState) -> WatchEnd {
         loop {
             let event = match state.next().await {
+                None if state.ended_suspiciously_early() => {
+                    return WatchEnd::Failed(ReflectorError::VeryShortWatch);
+                }
                 None => return WatchEnd::Closed,
                 Some(Err(e)) if is_decode_error(&e) => {
                     self.count_bad_line(&e);
@@ -489,6 +505,7 @@ impl<K: Object> Reflector<K> {
     fn push(&self, value: Value, op: fn(&DeltaFifo<K>, Arc<K>)) {
         if let Some(obj) = self.decode(value) {
             let rv = obj.meta().resource_version.clone();
+            tracing::debug!(target: "pipeline", stage = "1 reflector", kind = %K::kind(&()), key = %super::ObjectKey::of(obj.as_ref()).map(|k| k.to_string()).unwrap_or_default(), rv = rv.as_deref().unwrap_or(""), "WATCH event received");
             op(&self.fifo, obj);
             if let Some(rv) = rv {
                 self.status.set_resource_version(&rv);
@@ -507,22 +524,36 @@ fn is_decode_error(error: &kube::Error) -> bool {
 /// presumed dead (a half-open TCP connection sends nothing, forever).
 struct WatchStreamState {
     stream: RawWatchStream,
+    opened: tokio::time::Instant,
     deadline: tokio::time::Instant,
+    events: u64,
 }
 
 impl WatchStreamState {
     fn new(stream: RawWatchStream, timeout: Duration) -> Self {
+        let opened = tokio::time::Instant::now();
         Self {
             stream,
-            deadline: tokio::time::Instant::now() + timeout + Duration::from_secs(30),
+            opened,
+            deadline: opened + timeout + Duration::from_secs(30),
+            events: 0,
         }
     }
 
     async fn next(&mut self) -> Option<Result<WatchEvent<Value>, kube::Error>> {
-        tokio::time::timeout_at(self.deadline, self.stream.next())
+        let next = tokio::time::timeout_at(self.deadline, self.stream.next())
             .await
             .ok()
-            .flatten()
+            .flatten();
+        self.events += u64::from(next.is_some());
+        next
+    }
+
+    /// Closed within a second without a single event: not a normal server
+    /// timeout but a server or proxy refusing to hold the watch. Re-opening
+    /// at once would spin (client-go's "very short watch" check).
+    fn ended_suspiciously_early(&self) -> bool {
+        self.events == 0 && self.opened.elapsed() < Duration::from_secs(1)
     }
 }
 
@@ -568,7 +599,7 @@ mod tests {
         let mut out = Vec::new();
         while let Some(line) = fifo.try_pop_with(|d| {
             let kinds: Vec<&str> = d.deltas.iter().map(Delta::kind).collect();
-            format!("{}: {}", d.key.name, kinds.join(","))
+            format!("{}: {}", d.key.name(), kinds.join(","))
         }) {
             out.push(line);
         }
@@ -691,6 +722,24 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_resource_version_ahead_of_the_server_relists() {
+        let too_large = kube::Error::Api(status(
+            504,
+            "Timeout",
+            "Too large resource version: 900, current: 20",
+        ));
+        let lw = ScriptedListWatch::new()
+            .list(Ok(page(vec![], "900", None)))
+            .watch(ScriptedWatch::Fail(too_large))
+            .list(Ok(page(vec![], "20", None)))
+            .watch(open(vec![]));
+        let r = start(lw, paginated());
+        settle(5.0).await;
+        let rvs: Vec<String> = r.lw.watch_calls().into_iter().map(|(_, rv)| rv).collect();
+        assert_eq!(rvs, ["900", "20"]);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_watch_closed_by_the_server_is_reopened_at_once_without_a_relist() {
         let lw = ScriptedListWatch::new()
             .list(Ok(page(vec![], "5", None)))
@@ -700,6 +749,20 @@ mod tests {
         settle(0.001).await;
         let rvs: Vec<String> = r.lw.watch_calls().into_iter().map(|(_, rv)| rv).collect();
         assert_eq!(rvs, ["5", "6"]);
+        assert_eq!(r.lw.list_calls().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_closed_at_once_without_events_is_retried_after_a_backoff() {
+        let lw = ScriptedListWatch::new()
+            .list(Ok(page(vec![], "5", None)))
+            .watch(closing(vec![]))
+            .watch(open(vec![]));
+        let r = start(lw, paginated());
+        settle(0.7).await;
+        assert_eq!(r.lw.watch_calls().len(), 1);
+        settle(1.0).await;
+        assert_eq!(r.lw.watch_calls().len(), 2);
         assert_eq!(r.lw.list_calls().len(), 1);
     }
 
@@ -818,15 +881,25 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_streaming_list_cut_before_its_end_bookmark_falls_back_to_list() {
+    async fn a_streaming_list_cut_before_its_end_bookmark_falls_back_to_list_once() {
         let lw = ScriptedListWatch::new()
             .watch(closing(vec![added("a", "3")]))
             .list(Ok(page(vec![cm_json("a", "4")], "5", None)))
-            .watch(open(vec![]));
+            .watch(closing(vec![expired_event()]))
+            .watch(open(vec![added("b", "8"), bookmark("9", true)]));
         let r = start(lw, ReflectorConfig::default());
-        settle(1.0).await;
+        settle(0.5).await;
         assert_eq!(drain(&r.fifo), ["a: Replaced"]);
         assert_eq!(r.status.last_sync_resource_version().as_deref(), Some("5"));
+        // The next relist (after the 410) tries the streaming list again.
+        settle(5.0).await;
+        let initial: Vec<bool> =
+            r.lw.watch_calls()
+                .into_iter()
+                .map(|(wp, _)| wp.send_initial_events)
+                .collect();
+        assert_eq!(initial, [true, false, true]);
+        assert_eq!(r.status.last_sync_resource_version().as_deref(), Some("9"));
     }
 
     #[tokio::test(start_paused = true)]

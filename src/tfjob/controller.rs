@@ -112,6 +112,7 @@ pub fn setup(
         .workers(options.workers.max(1))
         .registry(&manager.registry())
         .build(reconciler)?;
+    factory.register_metrics(&manager.registry());
     manager.add_cache(factory);
     manager.add_runnable("tfjob-controller", true, move |token| async move {
         controller.run(token).await.map_err(Into::into)

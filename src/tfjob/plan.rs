@@ -527,35 +527,33 @@ fn update_conditions(
     let done_msg = || format!("TFJob {namespace}/{name} successfully completed.");
     let status_of =
         |rtype: ReplicaType| t.statuses.get(rtype.as_str()).cloned().unwrap_or_default();
-    let mut succeeded = false;
-    if let Some(chief) = spec.chief_type() {
+    // With a Chief: it decides both. Without: Workers do (worker 0, or all
+    // of them under `AllWorkers`), and a succeeded job is not "running".
+    let (running, succeeded) = if let Some(chief) = spec.chief_type() {
         let s = status_of(chief);
-        if s.active > 0 {
-            conditions::set(
-                &mut p.status,
-                condition::RUNNING,
-                true,
-                reason::RUNNING,
-                running_msg(),
-                now,
-            );
-        }
-        succeeded = spec.replicas[&chief].replicas - s.succeeded == 0;
+        (
+            s.active > 0,
+            spec.replicas[&chief].replicas - s.succeeded == 0,
+        )
     } else if let Some(worker) = spec.replicas.get(&ReplicaType::Worker) {
         let s = status_of(ReplicaType::Worker);
         let all_done = worker.replicas - s.succeeded == 0;
-        if all_done || (t.worker0_succeeded && spec.success_policy != SuccessPolicy::AllWorkers) {
-            succeeded = true;
-        } else if s.active > 0 {
-            conditions::set(
-                &mut p.status,
-                condition::RUNNING,
-                true,
-                reason::RUNNING,
-                running_msg(),
-                now,
-            );
-        }
+        let done =
+            all_done || (t.worker0_succeeded && spec.success_policy != SuccessPolicy::AllWorkers);
+        (!done && s.active > 0, done)
+    } else {
+        (false, false)
+    };
+    if running {
+        let msg = running_msg();
+        conditions::set(
+            &mut p.status,
+            condition::RUNNING,
+            true,
+            reason::RUNNING,
+            msg,
+            now,
+        );
     }
     for &(rtype, n) in &t.failed {
         if spec.enable_dynamic_worker && rtype == ReplicaType::Worker {

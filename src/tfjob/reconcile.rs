@@ -32,6 +32,9 @@ use super::plan::{Action, Observed, Plan, PlanConfig, plan};
 /// in parallel easily.
 pub const DEFAULT_WRITE_CONCURRENCY: usize = 16;
 
+/// After a status-write conflict, look again this soon even if no event comes.
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+
 /// The index (on the Pod and Service informers) of children by job name:
 /// how orphans that match a job are found without a scan.
 pub const JOB_NAME_INDEX: &str = "job-name";
@@ -119,6 +122,17 @@ impl TfJobReconciler {
         if !plan.manage {
             return Ok(None);
         }
+        tracing::debug!(
+            target: "pipeline",
+            stage = "6 reconcile",
+            key = %key,
+            pods = pods.len(),
+            services = services.len(),
+            writes = plan.actions.len(),
+            status_changed = job.status.as_ref() != Some(&plan.status),
+            requeue_after = ?plan.requeue_after,
+            "observed the cache, planned"
+        );
 
         // Apply, then write status. Events first: they explain the writes.
         for e in &plan.events {
@@ -130,14 +144,25 @@ impl TfJobReconciler {
             );
         }
         let applied = self.apply(key, &job, &plan).await;
-        self.write_status(key, &job, &plan).await?;
+        match self.write_status(key, &job, &plan).await {
+            // Our cached copy was older than the server's: the watch event
+            // for the newer version is on its way and will enqueue the job
+            // again, so this is not an error worth a backoff. The short
+            // requeue is only a safety net.
+            Err(SyncError::Status { source, .. }) if is_conflict(&source) => {
+                tracing::debug!(%key, "status changed since it was cached; waiting for the newer version");
+                applied?;
+                return Ok(Some(CONFLICT_RETRY));
+            }
+            other => other?,
+        }
         applied?;
         Ok(plan.requeue_after)
     }
 
     /// The job's children: those it controls whose labels still match, plus
     /// matching orphans it adopts; children relabelled away are released
-    /// (client-go's `ControllerRefManager`, see [`crate::runtime::ownership`]).
+    /// (kubernetes/kubernetes' `ControllerRefManager`, see [`crate::runtime::ownership`]).
     async fn claim_children<K: Object + Resource<Scope = k8s_openapi::NamespaceResourceScope>>(
         &self,
         job: &Arc<TFJob>,
@@ -196,7 +221,7 @@ impl TfJobReconciler {
         for child in claimed.adopt {
             match adopt(&api, child.as_ref(), &owner).await {
                 Ok(adopted) => {
-                    tracing::info!(job = %name, child = %child_name(&adopted), "adopted an orphan");
+                    tracing::info!(job = %name, kind = %K::kind(&()), child = %child_name(&adopted), "adopted an orphan");
                     owned.push(Arc::new(adopted));
                 }
                 Err(e) if is_status(&e, 404) || is_status(&e, 409) || is_status(&e, 422) => {}
@@ -246,6 +271,42 @@ impl TfJobReconciler {
         results.into_iter().find(Result::is_err).unwrap_or(Ok(()))
     }
 
+    /// Creates one child, recording an Event either way. A child that
+    /// already exists (409) was created by an earlier run whose informer had
+    /// not caught up: it will be observed (or adopted) like any other, so it
+    /// is not an error; its expectation is lowered since no create will be seen.
+    async fn create_child<K>(
+        &self,
+        key: &ObjectKey,
+        job: &TFJob,
+        api: &Api<K>,
+        child: &K,
+        kind: &'static str,
+        (created, failed): (&'static str, &'static str),
+    ) -> Result<(), SyncError>
+    where
+        K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let name = child_name(child);
+        match api.create(&PostParams::default(), child).await {
+            Ok(_) => {
+                self.recorder
+                    .normal(job, created, format!("Created {kind}: {name}"));
+                Ok(())
+            }
+            Err(e) if is_status(&e, 409) => {
+                self.expectations.creation_failed(key);
+                Ok(())
+            }
+            Err(source) => {
+                self.expectations.creation_failed(key);
+                self.recorder
+                    .warning(job, failed, format!("Error creating: {source}"));
+                Err(write_error("create", kind, name, source))
+            }
+        }
+    }
+
     async fn apply_one(
         &self,
         key: &ObjectKey,
@@ -258,58 +319,16 @@ impl TfJobReconciler {
         let job = job.as_ref();
         match action {
             Action::CreatePod(pod) => {
-                let name = pod.metadata.name.clone().unwrap_or_default();
-                match pods.create(&PostParams::default(), pod).await {
-                    Ok(_) => {
-                        self.recorder.normal(
-                            job,
-                            event::SUCCESSFUL_CREATE_POD,
-                            format!("Created pod: {name}"),
-                        );
-                        Ok(())
-                    }
-                    // Created by an earlier run whose informer had not caught up:
-                    // it will be observed (or adopted) like any other child.
-                    Err(e) if is_status(&e, 409) => {
-                        self.expectations.creation_failed(key);
-                        Ok(())
-                    }
-                    Err(source) => {
-                        self.expectations.creation_failed(key);
-                        self.recorder.warning(
-                            job,
-                            event::FAILED_CREATE_POD,
-                            format!("Error creating: {source}"),
-                        );
-                        Err(write_error("create", "pod", name, source))
-                    }
-                }
+                let reasons = (event::SUCCESSFUL_CREATE_POD, event::FAILED_CREATE_POD);
+                self.create_child(key, job, pods, pod, "pod", reasons).await
             }
             Action::CreateService(svc) => {
-                let name = svc.metadata.name.clone().unwrap_or_default();
-                match services.create(&PostParams::default(), svc).await {
-                    Ok(_) => {
-                        self.recorder.normal(
-                            job,
-                            event::SUCCESSFUL_CREATE_SERVICE,
-                            format!("Created service: {name}"),
-                        );
-                        Ok(())
-                    }
-                    Err(e) if is_status(&e, 409) => {
-                        self.expectations.creation_failed(key);
-                        Ok(())
-                    }
-                    Err(source) => {
-                        self.expectations.creation_failed(key);
-                        self.recorder.warning(
-                            job,
-                            event::FAILED_CREATE_SERVICE,
-                            format!("Error creating: {source}"),
-                        );
-                        Err(write_error("create", "service", name, source))
-                    }
-                }
+                let reasons = (
+                    event::SUCCESSFUL_CREATE_SERVICE,
+                    event::FAILED_CREATE_SERVICE,
+                );
+                self.create_child(key, job, services, svc, "service", reasons)
+                    .await
             }
             Action::DeletePod { name, uid } => {
                 let params = DeleteParams {
@@ -422,7 +441,7 @@ impl TfJobReconciler {
         updated.status = Some(plan.status.clone());
         updated.meta_mut().managed_fields = None;
         match api
-            .replace_status(&key.name, &PostParams::default(), &updated)
+            .replace_status(key.name(), &PostParams::default(), &updated)
             .await
         {
             Ok(_) => {

@@ -7,7 +7,11 @@
 //! with `--ignored` against a freshly started local control plane. Tests run
 //! in parallel, each in its own namespace (`support::test_namespace`).
 //!
-//! What this must never do: start or stop the cluster itself, or hold tests.
+//! Every test should begin with `let _guard = support::shared_cluster().await;`
+//! (or `exclusive_cluster()` if it restarts the API server or compacts etcd):
+//! otherwise a parallel test's API server restart can fail its requests.
+//!
+//! What this must never do: start or stop the cluster itself.
 //! Add a suite with one `mod xyz;` line below and a `tests/e2e/xyz.rs`.
 //!
 //! Mirrors: kubernetes/kubernetes `test/e2e/e2e_test.go` (one binary that
@@ -15,6 +19,10 @@
 
 mod support;
 
+mod examples;
+mod helm;
+mod informer;
+mod manager;
 mod operator;
 mod sdk;
 mod smoke;

@@ -19,7 +19,7 @@ use kube::api::{Api, ListParams, PostParams};
 use tfjob_operator::runtime::events::{EventRecorderConfig, event_recorder};
 use tfjob_operator::runtime::leader_election::LeaderElectionConfig;
 use tfjob_operator::runtime::manager::{BoxError, Manager, ManagerConfig, ManagerError};
-use tfjob_operator::runtime::metrics::new_registry;
+use tfjob_operator::runtime::metrics::{SharedRegistry, encode, new_registry};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -46,8 +46,34 @@ impl Leadership {
     }
 }
 
+/// Present in [`Leadership::current`] for as long as it lives.
+struct Leading {
+    seen: Arc<Leadership>,
+    me: String,
+}
+
+impl Leading {
+    fn start(seen: Arc<Leadership>, me: String) -> Self {
+        {
+            let mut current = seen.current.lock().unwrap();
+            current.push(me.clone());
+            seen.max_at_once.fetch_max(current.len(), Ordering::SeqCst);
+        }
+        Self { seen, me }
+    }
+}
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        if let Ok(mut current) = self.seen.current.lock() {
+            current.retain(|id| id != &self.me);
+        }
+    }
+}
+
 struct Candidate {
     identity: String,
+    registry: SharedRegistry,
     stop: CancellationToken,
     run: JoinHandle<Result<(), ManagerError>>,
 }
@@ -84,19 +110,16 @@ fn start_candidate(
         "controller",
         true,
         move |token: CancellationToken| async move {
-            {
-                let mut current = seen.current.lock().unwrap();
-                current.push(me.clone());
-                seen.max_at_once.fetch_max(current.len(), Ordering::SeqCst);
-            }
+            // Dropped when the task ends or is aborted (a lost lease aborts).
+            let _leading = Leading::start(seen, me);
             token.cancelled().await;
-            seen.current.lock().unwrap().retain(|id| id != &me);
             Ok::<(), BoxError>(())
         },
     );
     let stop = manager.shutdown_token();
     Candidate {
         identity,
+        registry: manager.registry(),
         stop,
         run: tokio::spawn(manager.run()),
     }
@@ -123,6 +146,7 @@ async fn wait_for_leader(seen: &Leadership, who: &str, within: Duration) {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn one_leader_at_a_time_and_a_released_lease_fails_over_quickly() {
+    let _cluster = crate::support::shared_cluster().await;
     let client = client().await;
     let ns = test_namespace(&client, "mgr-release").await;
     let lease = "tfjob-operator-lock";
@@ -136,6 +160,14 @@ async fn one_leader_at_a_time_and_a_released_lease_fails_over_quickly() {
     tokio::time::sleep(LEASE + RETRY).await;
     assert_eq!(seen.leaders(), vec!["a".to_owned()]);
     assert_eq!(holder(&client, &ns, lease).await.as_deref(), Some("a"));
+    let status = |c: &Candidate| {
+        let text = encode(&c.registry);
+        text.lines()
+            .find(|l| l.starts_with("leader_election_master_status{"))
+            .map(|l| l.ends_with(" 1"))
+    };
+    assert_eq!(status(&a), Some(true), "a reports itself leader");
+    assert_eq!(status(&b), Some(false), "b reports itself not leader");
 
     // A clean stop releases the Lease, so b need not wait out the lease duration.
     let stopped = Instant::now();
@@ -166,6 +198,7 @@ async fn one_leader_at_a_time_and_a_released_lease_fails_over_quickly() {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn a_leader_that_stops_without_release_is_replaced_within_the_lease_duration() {
+    let _cluster = crate::support::shared_cluster().await;
     let client = client().await;
     let ns = test_namespace(&client, "mgr-expire").await;
     let lease = "tfjob-operator-lock";
@@ -207,6 +240,7 @@ async fn a_leader_that_stops_without_release_is_replaced_within_the_lease_durati
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn a_leader_whose_lease_is_taken_stops_its_work_and_fails() {
+    let _cluster = crate::support::shared_cluster().await;
     let client = client().await;
     let ns = test_namespace(&client, "mgr-lost").await;
     let lease = "tfjob-operator-lock";
@@ -247,6 +281,7 @@ async fn a_leader_whose_lease_is_taken_stops_its_work_and_fails() {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn the_event_recorder_aggregates_repeats_into_one_event() {
+    let _cluster = crate::support::shared_cluster().await;
     let client = client().await;
     let ns = test_namespace(&client, "mgr-events").await;
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);

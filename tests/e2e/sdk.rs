@@ -5,11 +5,12 @@
 use std::process::Command;
 
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, cluster_dir, test_namespace};
+use crate::support::{client, cluster_dir, shared_cluster, test_namespace};
 
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn kubeflow_python_sdk_drives_a_job_end_to_end() {
+    let _cluster = shared_cluster().await;
     let client = client().await;
     ensure_crd(&client).await;
     let ns = test_namespace(&client, "tfjob-sdk").await;

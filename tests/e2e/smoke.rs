@@ -97,6 +97,7 @@ fn container_status<'a>(
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn api_server_reports_the_pinned_version() {
+    let _guard = support::shared_cluster().await;
     let client = support::client().await;
     let info = client.apiserver_version().await.expect("/version answers");
     assert_eq!(info.git_version, KUBE_VERSION);
@@ -107,6 +108,7 @@ async fn api_server_reports_the_pinned_version() {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn harness_kubectl_and_helm_are_the_pinned_versions() {
+    let _guard = support::shared_cluster().await;
     let kubectl = support::run_ok(support::kubectl().args(["version", "-o", "json"]));
     let v: serde_json::Value = serde_json::from_str(&kubectl).expect("kubectl version is JSON");
     assert_eq!(v["clientVersion"]["gitVersion"], KUBE_VERSION);
@@ -207,7 +209,15 @@ async fn non_zero_exit_under_on_failure_restarts_the_container_in_place() {
     wait_running(&client, &ns, "worker-0").await;
 
     support::drive_pod_exit(&client, &ns, "worker-0", Some("tensorflow"), 3).await;
-    support::drive_pod_exit(&client, &ns, "worker-0", Some("tensorflow"), 4).await;
+    support::drive_pod_exit_with_reason(
+        &client,
+        &ns,
+        "worker-0",
+        Some("tensorflow"),
+        137,
+        Some("OOMKilled"),
+    )
+    .await;
 
     let pods: Api<Pod> = Api::namespaced(client, &ns);
     let pod = pods.get("worker-0").await.expect("the pod");
@@ -218,7 +228,8 @@ async fn non_zero_exit_under_on_failure_restarts_the_container_in_place() {
     let tf = container_status(&pod, "tensorflow");
     assert_eq!(tf.restart_count, 2, "one restart per driven exit");
     let last = tf.last_state.as_ref().and_then(|s| s.terminated.as_ref());
-    assert_eq!(last.map(|t| t.exit_code), Some(4));
+    assert_eq!(last.map(|t| t.exit_code), Some(137));
+    assert_eq!(last.and_then(|t| t.reason.as_deref()), Some("OOMKilled"));
     assert!(tf.state.as_ref().is_some_and(|s| s.running.is_some()));
     assert_eq!(container_status(&pod, "sidecar").restart_count, 0);
     // The request annotations are consumed, so nothing restarts again later.

@@ -262,6 +262,20 @@ pub async fn drive_pod_exit(
     container: Option<&str>,
     exit_code: i32,
 ) {
+    drive_pod_exit_with_reason(client, namespace, pod, container, exit_code, None).await;
+}
+
+/// [`drive_pod_exit`] with the `reason` the terminated state reports (e.g.
+/// `OOMKilled`); `None` means the kubelet's default: `Completed` for exit
+/// code 0, `Error` otherwise.
+pub async fn drive_pod_exit_with_reason(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    container: Option<&str>,
+    exit_code: i32,
+    reason: Option<&str>,
+) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let before = pods
         .get(pod)
@@ -278,6 +292,7 @@ pub async fn drive_pod_exit(
     let mut annotations = BTreeMap::new();
     annotations.insert(EXIT_CODE_ANNOTATION, Some(exit_code.to_string()));
     annotations.insert(EXIT_CONTAINER_ANNOTATION, container.map(str::to_string));
+    annotations.insert(EXIT_REASON_ANNOTATION, reason.map(str::to_string));
     let patch = serde_json::json!({ "metadata": { "annotations": annotations } });
     pods.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -423,7 +438,9 @@ fn dechunk(mut body: &str) -> String {
 }
 
 /// Restarts kube-apiserver in place (same port, same etcd data) with
-/// `e2e/cluster.sh restart apiserver`, which returns once `/readyz` is ok.
+/// `e2e/cluster.sh restart apiserver`, which returns once `/readyz` is ok and
+/// the API server's own clients (KWOK, scheduler, controller-manager) have
+/// been restarted too, so pods keep moving right away (~10 s in all).
 /// Blocks the calling thread for the few seconds that takes: from a
 /// `#[tokio::test]` whose background tasks must keep running meanwhile, use
 /// [`restart_apiserver_async`]. Hold [`exclusive_cluster`] around it when other

@@ -12,13 +12,15 @@ use tfjob_operator::api::{CleanPodPolicy, RestartPolicy, TFJob};
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{
     EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, client, drive_pod_exit, kubectl,
-    test_namespace, wait_until,
+    shared_cluster, test_namespace, wait_until,
 };
 
 const SLOW: Duration = Duration::from_secs(90);
 
 /// A namespace with a running operator and helpers to create and observe jobs.
 struct Env {
+    /// Held for the whole test: no other test restarts the API server meanwhile.
+    _cluster: tokio::sync::OwnedRwLockReadGuard<()>,
     client: Client,
     ns: String,
     operator: Operator,
@@ -29,12 +31,14 @@ struct Env {
 
 impl Env {
     async fn new(prefix: &str) -> Self {
+        let cluster = shared_cluster().await;
         let client = client().await;
         ensure_crd(&client).await;
         let ns = test_namespace(&client, prefix).await;
         let mut operator = Operator::start(&ns);
         operator.wait_ready().await;
         Self {
+            _cluster: cluster,
             jobs: Api::namespaced(client.clone(), &ns),
             pods: Api::namespaced(client.clone(), &ns),
             services: Api::namespaced(client.clone(), &ns),
@@ -226,6 +230,8 @@ async fn worker_only_job_succeeds_when_worker_zero_exits_zero() {
     env.exit("w-worker-0", 0).await;
     let job = env.wait_condition("w", "Succeeded", SLOW).await;
     let worker = &job.status.unwrap().replica_statuses["Worker"];
+    // Our status additions survive the API server's schema pruning.
+    assert_eq!(worker.succeeded_indexes.as_deref(), Some("0"), "{worker:?}");
     assert_eq!(
         worker.succeeded, 2,
         "the running worker is folded into succeeded, as Kubeflow does"
@@ -250,7 +256,7 @@ async fn exit_code_137_restarts_then_fails_past_the_backoff_limit() {
     let old_uid = uid_of(&first, "b-worker-1");
 
     // First 137: re-created under the same name (a new UID), one restart counted.
-    env.exit("b-worker-1", 137).await;
+    env.exit_no_wait("b-worker-1", 137).await;
     wait_until("b-worker-1 to be re-created and running", SLOW, || async {
         let pods = env.job_pods("b").await;
         let new = pods
@@ -273,7 +279,7 @@ async fn exit_code_137_restarts_then_fails_past_the_backoff_limit() {
     assert!(!condition_types(&restarted).contains(&("Failed".into(), "True".into())));
 
     // Second 137: past backoffLimit 1, the job fails and nothing is re-created.
-    env.exit("b-worker-1", 137).await;
+    env.exit_no_wait("b-worker-1", 137).await;
     let failed = env.wait_condition("b", "Failed", SLOW).await;
     let msg = failed
         .status
@@ -555,6 +561,7 @@ async fn a_matching_orphan_pod_is_adopted_not_duplicated() {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn invalid_manifests_are_refused_with_a_message_naming_the_field() {
+    let _cluster = shared_cluster().await;
     let client = client().await;
     ensure_crd(&client).await;
     let ns = test_namespace(&client, "tfjob-invalid").await;
@@ -731,4 +738,48 @@ fn kubectl_apply(ns: &str, manifest: &serde_json::Value, should_succeed: bool) -
         "kubectl apply of {manifest}: {stderr}"
     );
     stderr
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make e2e"]
+async fn job_metrics_count_each_job_once_even_across_operator_restarts() {
+    let mut env = Env::new("tfjob-metrics").await;
+    env.create(TfJobFixture::new("m").workers(2)).await;
+    env.wait_running_pods("m", 2).await;
+    env.wait_condition("m", "Running", SLOW).await;
+    let created = format!(
+        "training_operator_jobs_created_total{{job_namespace=\"{}\",framework=\"tensorflow\"}} 1",
+        env.ns
+    );
+    let metrics = env.operator.metrics();
+    assert!(metrics.contains(&created), "{metrics}");
+    assert!(metrics.contains("workqueue_adds_total"), "{metrics}");
+    assert!(
+        metrics.contains("controller_runtime_reconcile_total"),
+        "{metrics}"
+    );
+
+    // A new operator process relists the job: it must not count it again.
+    env.operator.kill();
+    let mut second = Operator::start_with(&env.ns, &["--leader-elect=false"], None);
+    second.wait_ready().await;
+    env.exit("m-worker-0", 0).await;
+    env.wait_condition("m", "Succeeded", SLOW).await;
+    let successful = format!(
+        "training_operator_jobs_successful_total{{job_namespace=\"{}\",framework=\"tensorflow\"}} 1",
+        env.ns
+    );
+    let metrics = wait_until("the success to be counted", SLOW, || async {
+        let m = second.metrics();
+        m.contains(&successful).then_some(m)
+    })
+    .await;
+    assert!(
+        !metrics.contains("training_operator_jobs_created_total{"),
+        "the restarted operator re-counted the job as created:\n{metrics}"
+    );
+    assert!(
+        metrics.contains("training_operator_job_duration_seconds_count"),
+        "{metrics}"
+    );
 }

@@ -271,6 +271,34 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn every_client_go_workqueue_name_is_exposed_exactly() {
+        let registry = new_registry();
+        let _q = crate::runtime::workqueue::RateLimitingQueue::<u8>::with_metrics(
+            "q",
+            crate::runtime::workqueue::default_controller_rate_limiter(),
+            &registry,
+        );
+        let text = encode(&registry);
+        for (name, kind) in [
+            ("workqueue_depth", "gauge"),
+            ("workqueue_adds_total", "counter"),
+            ("workqueue_queue_duration_seconds", "histogram"),
+            ("workqueue_work_duration_seconds", "histogram"),
+            ("workqueue_unfinished_work_seconds", "gauge"),
+            ("workqueue_longest_running_processor_seconds", "gauge"),
+            ("workqueue_retries_total", "counter"),
+        ] {
+            // prometheus-client writes counters' TYPE line without `_total`.
+            let family = name.trim_end_matches("_total");
+            assert!(
+                text.contains(&format!("# TYPE {family} {kind}\n")),
+                "{name}: {text}"
+            );
+            assert!(text.contains(name), "{name}");
+        }
+    }
+
     #[test]
     fn a_second_registry_gets_its_own_families() {
         let one = new_registry();

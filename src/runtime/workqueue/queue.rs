@@ -55,6 +55,9 @@ struct State<T> {
     /// Key → slot number.
     index: HashTable<usize>,
     processing: usize,
+    /// Workers registered to be woken (an upper bound: a woken worker is
+    /// counted until it takes the lock again). Adds skip `Notify` when zero.
+    waiters: usize,
     shutting_down: bool,
     /// `shut_down_with_drain` is waiting for `processing` to reach zero.
     draining: bool,
@@ -74,6 +77,31 @@ impl<T: Eq + Hash> State<T> {
 
 fn slot_is<T: Eq>(slots: &[Option<Slot<T>>], i: usize, item: &T) -> bool {
     matches!(slots.get(i), Some(Some(s)) if s.item == *item)
+}
+
+impl<T> Shared<T> {
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        // A panic while holding this lock cannot leave the state half-updated in
+        // a way that matters more than stopping the whole controller would.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A worker blocked in `get`, counted in `State::waiters` while registered.
+/// Dropping it (a cancelled `get`) takes it off the count.
+struct Waiter<'a, T> {
+    shared: &'a Shared<T>,
+    registered: bool,
+}
+
+impl<T> Drop for Waiter<'_, T> {
+    fn drop(&mut self) {
+        if self.registered {
+            self.shared.lock().waiters -= 1;
+        }
+    }
 }
 
 pub(super) struct Shared<T> {
@@ -123,6 +151,7 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
                 free: Vec::new(),
                 index: HashTable::new(),
                 processing: 0,
+                waiters: 0,
                 shutting_down: false,
                 draining: false,
             }),
@@ -140,12 +169,7 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
     }
 
     fn lock(&self) -> MutexGuard<'_, State<T>> {
-        // A panic while holding this lock cannot leave the state half-updated in
-        // a way that matters more than stopping the whole controller would.
-        self.shared
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.shared.lock()
     }
 
     /// Marks `item` as needing processing. Ignored after shutdown, and a no-op
@@ -168,13 +192,14 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
             return;
         }
         let added = add_locked(&mut st, item, hash, now);
+        let wake = added == Added::Ready && st.waiters > 0;
         drop(st);
         if added != Added::No
             && let Some(m) = &self.shared.metrics
         {
             m.added();
         }
-        if added == Added::Ready {
+        if wake {
             self.shared.ready.notify_one();
         }
     }
@@ -199,11 +224,12 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
                 }
             }
         }
+        let wake = if st.waiters > 0 { ready } else { 0 };
         drop(st);
         if let Some(m) = &self.shared.metrics {
             (0..counted).for_each(|_| m.added());
         }
-        (0..ready).for_each(|_| self.shared.ready.notify_one());
+        (0..wake).for_each(|_| self.shared.ready.notify_one());
     }
 
     /// Waits for the next key and marks it as processing. The caller must call
@@ -211,18 +237,23 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
     ///
     /// Cancel-safe: dropping the future before it resolves loses no key.
     pub async fn get(&self) -> Option<T> {
+        let mut waiter = Waiter {
+            shared: &self.shared,
+            registered: false,
+        };
         loop {
             // Fast path, also taken after every wake-up: no waiter registration
             // (which costs Notify's own lock) while keys are available.
-            if let Some(next) = self.try_get() {
+            if let Some(next) = self.try_get(&mut waiter, false) {
                 return next;
             }
             let notified = pin!(self.shared.ready.notified());
             let mut notified = notified;
-            // Register before re-checking, so an add between the check and the
-            // await still wakes us (Notify::enable is what makes this race-free).
+            // Register with Notify, then (under our lock) re-check and count
+            // ourselves as a waiter: an add after that check sees the count
+            // and wakes us, an add before it left a key we take now.
             notified.as_mut().enable();
-            if let Some(next) = self.try_get() {
+            if let Some(next) = self.try_get(&mut waiter, true) {
                 return next;
             }
             notified.await;
@@ -230,12 +261,24 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
     }
 
     /// `Some(Some(key))`: got a key; `Some(None)`: shut down; `None`: empty.
-    fn try_get(&self) -> Option<Option<T>> {
+    /// Takes the lock once: un-counts `waiter` if it was counted, and
+    /// counts it (`register`) if there is nothing to take.
+    fn try_get(&self, waiter: &mut Waiter<'_, T>, register: bool) -> Option<Option<T>> {
         let mut st = self.lock();
+        if waiter.registered {
+            st.waiters -= 1;
+            waiter.registered = false;
+        }
         if st.shutting_down {
             return Some(None);
         }
-        let i = st.queue.pop_front()?;
+        let Some(i) = st.queue.pop_front() else {
+            if register {
+                st.waiters += 1;
+                waiter.registered = true;
+            }
+            return None;
+        };
         let track = self.shared.metrics.is_some();
         let now = track.then(Instant::now);
         let mut queued_for = None;
@@ -290,11 +333,12 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
         }
         st.processing -= 1;
         let drained = st.draining && st.processing == 0;
+        let wake = requeue && st.waiters > 0;
         drop(guard);
         if let (Some(m), Some(d)) = (&self.shared.metrics, worked_for) {
             m.done(d);
         }
-        if requeue {
+        if wake {
             self.shared.ready.notify_one();
         }
         if drained {
@@ -550,6 +594,70 @@ mod tests {
             .collect();
         keys.sort();
         assert_eq!(keys, vec![Some(0), Some(1), Some(2), Some(3)]);
+    }
+
+    /// Real threads, real races: every key added is processed, none by two
+    /// workers at once, and no worker sleeps through a key (the test would
+    /// hang and hit the timeout).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn under_real_contention_every_key_is_processed_and_never_twice_at_once() {
+        use std::collections::HashSet;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let q: Queue<u32> = Queue::new();
+        let in_flight = Arc::new(Mutex::new(HashSet::new()));
+        let seen = Arc::new(Mutex::new(HashSet::new()));
+        let overlaps = Arc::new(AtomicUsize::new(0));
+        let workers: Vec<_> = (0..8)
+            .map(|_| {
+                let (q, in_flight, seen, overlaps) =
+                    (q.clone(), in_flight.clone(), seen.clone(), overlaps.clone());
+                tokio::spawn(async move {
+                    while let Some(k) = q.get().await {
+                        if !in_flight.lock().unwrap().insert(k) {
+                            overlaps.fetch_add(1, Ordering::Relaxed);
+                        }
+                        seen.lock().unwrap().insert(k);
+                        tokio::task::yield_now().await;
+                        in_flight.lock().unwrap().remove(&k);
+                        q.done(&k);
+                    }
+                })
+            })
+            .collect();
+        let producers: Vec<_> = (0..2u32)
+            .map(|p| {
+                let q = q.clone();
+                tokio::spawn(async move {
+                    for i in 0..20_000u32 {
+                        // Half the adds hit 8 hot keys, the rest are unique.
+                        q.add(if i % 2 == 0 {
+                            (i / 2) % 8
+                        } else {
+                            1_000 + p * 100_000 + i
+                        });
+                        if i % 64 == 0 {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                })
+            })
+            .collect();
+        let finished = tokio::time::timeout(Duration::from_secs(60), async {
+            for p in producers {
+                p.await.unwrap();
+            }
+            while !(q.is_empty() && q.processing() == 0) {
+                tokio::task::yield_now().await;
+            }
+            q.shut_down_with_drain().await;
+            for w in workers {
+                w.await.unwrap();
+            }
+        })
+        .await;
+        assert!(finished.is_ok(), "a key was never handed out");
+        assert_eq!(overlaps.load(Ordering::Relaxed), 0);
+        assert_eq!(seen.lock().unwrap().len(), 8 + 2 * 10_000);
     }
 
     #[tokio::test]

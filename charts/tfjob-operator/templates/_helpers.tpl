@@ -1,0 +1,94 @@
+{{/*
+Names and labels shared by every template. Names are cut to 63 characters
+(the DNS-label limit most Kubernetes name fields have).
+*/}}
+
+{{- define "tfjob-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's objects' name: "<release>-tfjob-operator", or the release name when it already says so. */}}
+{{- define "tfjob-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "tfjob-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels that select the operator's pods; never change them in an upgrade (Deployment selectors are immutable). */}}
+{{- define "tfjob-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tfjob-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "tfjob-operator.labels" -}}
+helm.sh/chart: {{ include "tfjob-operator.chart" . }}
+{{ include "tfjob-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: tfjob-operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "tfjob-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "tfjob-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "tfjob-operator.leaderElectionId" -}}
+{{- default (printf "%s-leader" (include "tfjob-operator.fullname" .)) .Values.leaderElection.id }}
+{{- end }}
+
+{{- define "tfjob-operator.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/*
+What the operator does in the namespaces it watches, and nothing else
+(rendered into a ClusterRole, or a Role when watchNamespace is set):
+- TFJobs: read and watch; delete for ttlSecondsAfterFinished; status
+  written with a full update (compare-and-swap on resourceVersion).
+  `tfjobs/finalizers` update: children carry a controller ownerReference with
+  blockOwnerDeletion, which clusters running the
+  OwnerReferencesPermissionEnforcement admission plugin only allow to
+  principals that may update the owner's finalizers.
+- Pods and Services: the children. patch is for adopting orphans and
+  releasing children whose labels no longer match (ownerReferences).
+- Events: the recorder creates, then patches the count of repeated events.
+Leases (leader election) are a separate Role in the release namespace.
+*/}}
+{{- define "tfjob-operator.rules" -}}
+- apiGroups: ["kubeflow.org"]
+  resources: ["tfjobs"]
+  verbs: ["get", "list", "watch", "delete"]
+- apiGroups: ["kubeflow.org"]
+  resources: ["tfjobs/status"]
+  verbs: ["get", "update"]
+- apiGroups: ["kubeflow.org"]
+  resources: ["tfjobs/finalizers"]
+  verbs: ["update"]
+- apiGroups: [""]
+  resources: ["pods", "services"]
+  verbs: ["get", "list", "watch", "create", "delete", "patch"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
