@@ -79,7 +79,9 @@ impl ListWatch for Stamping {
                     if let Ok(WatchEvent::Modified(v)) = event {
                         let at = Instant::now();
                         let name = v.pointer("/metadata/name").and_then(Value::as_str);
-                        let rv = v.pointer("/metadata/resourceVersion").and_then(Value::as_str);
+                        let rv = v
+                            .pointer("/metadata/resourceVersion")
+                            .and_then(Value::as_str);
                         if let (Some(name), Some(rv)) = (name, rv) {
                             let mut map = received.lock().unwrap_or_else(|p| p.into_inner());
                             map.insert((name.to_owned(), rv.to_owned()), at);
@@ -162,7 +164,7 @@ impl Reconciler for Recorder {
             .received
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&(key.name.clone(), rv));
+            .remove(&(key.name().to_owned(), rv));
         if let Some(at) = at {
             let ms = started.duration_since(at).as_secs_f64() * 1e3;
             self.samples
@@ -202,7 +204,11 @@ async fn ensure_pods(client: &kube::Client, n: usize) {
     // overlap the measurement.
     let deadline = Instant::now() + Duration::from_secs(60);
     let running = ListParams::default().fields("status.phase=Running");
-    while api.list_metadata(&running).await.map_or(0, |l| l.items.len()) < n
+    while api
+        .list_metadata(&running)
+        .await
+        .map_or(0, |l| l.items.len())
+        < n
         && Instant::now() < deadline
     {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -253,12 +259,20 @@ async fn patch_load(client: &kube::Client, names: &[String], rate: u64, seconds:
 
 /// Waits a little for a controller to stop after shutdown; says so if not.
 async fn stopped<T>(task: tokio::task::JoinHandle<T>, peer: &str) {
-    if tokio::time::timeout(Duration::from_secs(5), task).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .is_err()
+    {
         eprintln!("warning: {peer}'s controller did not stop within 5 s of shutdown");
     }
 }
 
-async fn run_ours(client: &kube::Client, names: &[String], rate: u64, seconds: u64) -> (Samples, usize) {
+async fn run_ours(
+    client: &kube::Client,
+    names: &[String],
+    rate: u64,
+    seconds: u64,
+) -> (Samples, usize) {
     let received: Received = Arc::default();
     let samples: SharedSamples = Arc::default();
     let list_watch = Stamping {
@@ -290,7 +304,12 @@ async fn run_ours(client: &kube::Client, names: &[String], rate: u64, seconds: u
     (samples, sent)
 }
 
-async fn run_kube(client: &kube::Client, names: &[String], rate: u64, seconds: u64) -> (Samples, usize) {
+async fn run_kube(
+    client: &kube::Client,
+    names: &[String],
+    rate: u64,
+    seconds: u64,
+) -> (Samples, usize) {
     use kube_runtime::controller::{Action as KubeAction, Controller as KubeController};
     let samples: SharedSamples = Arc::default();
     let since_ns = unix_ns();
@@ -373,7 +392,9 @@ fn print_row(label: &str, s: &Value) {
 
 fn main() {
     if std::env::var_os("KUBECONFIG").is_none() {
-        println!("latency benchmark skipped: set KUBECONFIG (benches/run.sh starts a local cluster)");
+        println!(
+            "latency benchmark skipped: set KUBECONFIG (benches/run.sh starts a local cluster)"
+        );
         return;
     }
     let objects = pods::env_usize("BENCH_LATENCY_OBJECTS", 200);
@@ -416,7 +437,9 @@ fn main() {
     print_row("ours: watch -> reconcile", &ours_watch);
     print_row("ours: patch -> reconcile", &ours_patch);
     print_row("kube-runtime: patch -> reconcile", &kube_patch);
-    let ratio = |k: &str| ours_patch[k].as_f64().unwrap_or(f64::NAN) / kube_patch[k].as_f64().unwrap_or(f64::NAN);
+    let ratio = |k: &str| {
+        ours_patch[k].as_f64().unwrap_or(f64::NAN) / kube_patch[k].as_f64().unwrap_or(f64::NAN)
+    };
     println!(
         "ours / kube-runtime (patch -> reconcile): p50 {:.2}x, p99 {:.2}x; goal: ours watch -> reconcile p99 < 20 ms",
         ratio("p50_ms"),

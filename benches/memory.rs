@@ -134,7 +134,8 @@ fn pages(n: usize, page_size: usize) -> (Vec<Vec<u8>>, usize) {
             if p + 1 < count {
                 meta["continue"] = json!((p + 1).to_string());
             }
-            let list = json!({"apiVersion": "v1", "kind": "PodList", "metadata": meta, "items": items});
+            let list =
+                json!({"apiVersion": "v1", "kind": "PodList", "metadata": meta, "items": items});
             serde_json::to_vec(&list).expect("a page serialises")
         })
         .collect();

@@ -198,12 +198,18 @@ async fn ensure_pods(client: &kube::Client, n: usize) {
     }
 }
 
-async fn list_names(api: &Api<Pod>, field_selector: Option<&str>) -> std::collections::HashSet<String> {
+async fn list_names(
+    api: &Api<Pod>,
+    field_selector: Option<&str>,
+) -> std::collections::HashSet<String> {
     let mut names = std::collections::HashSet::new();
     let mut params = ListParams::default().limit(500);
     params.field_selector = field_selector.map(str::to_owned);
     loop {
-        let page = api.list_metadata(&params).await.expect("failed to list Pods");
+        let page = api
+            .list_metadata(&params)
+            .await
+            .expect("failed to list Pods");
         names.extend(page.items.into_iter().filter_map(|p| p.metadata.name));
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params.continue_token = Some(token),

@@ -28,7 +28,7 @@ pub fn pod_manifest(ns: &str, i: usize, node: Option<&str>) -> Value {
                 "training.kubeflow.org/operator-name": "tfjob-controller",
                 "training.kubeflow.org/replica-type": "worker",
                 "training.kubeflow.org/replica-index": (i % 8).to_string(),
-                "training.kubeflow.org/job-role": if i % 8 == 0 { "master" } else { "worker" },
+                "training.kubeflow.org/job-role": if i.is_multiple_of(8) { "master" } else { "worker" },
             },
             "annotations": {
                 "bench.tfjob.dev/index": i.to_string(),
