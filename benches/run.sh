@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Benchmark runner: builds the Go peers into the cache, then runs each Rust
 # bench with its peer so every ratio comes from one run on one machine.
-# Usage: benches/run.sh   (or `make bench`). Env: BENCH_N, BENCH_REPS.
+# Usage: benches/run.sh   (or `make bench`). Env: BENCH_N, BENCH_REPS (workqueue);
+# BENCH_PODS, BENCH_REPS, BENCH_RATE, BENCH_SECONDS, BENCH_SKIP_CLUSTER,
+# BENCH_CLUSTER_DOWN (memory, sync, latency; see each bench's header).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,3 +16,26 @@ echo "==> building the client-go workqueue peer"
 
 echo "==> workqueue: ours vs client-go"
 GO_WORKQUEUE_BIN="$BIN_DIR/go-workqueue" cargo bench --quiet --bench workqueue
+
+echo "==> memory per cached Pod: ours vs kube-runtime (no cluster)"
+cargo bench --quiet --bench memory
+
+# Benchmarks 3 and 4 need an API server: a private local control plane of
+# their own (never a developer's .cluster), left running for the next run
+# unless BENCH_CLUSTER_DOWN=1. BENCH_SKIP_CLUSTER=1 skips both.
+if [[ -z "${BENCH_SKIP_CLUSTER:-}" ]]; then
+  echo "==> building the client-go informer peer"
+  (cd benches/go-informer && go build -o "$BIN_DIR/go-informer" .)
+  export TFJOB_CLUSTER_DIR="$CACHE_DIR/bench-cluster"
+  bash e2e/tools.sh
+  bash e2e/cluster.sh up
+  export KUBECONFIG="$TFJOB_CLUSTER_DIR/kubeconfig"
+
+  echo "==> initial sync of ${BENCH_PODS:-10000} Pods: ours vs kube-runtime vs client-go"
+  GO_INFORMER_BIN="$BIN_DIR/go-informer" cargo bench --quiet --bench sync
+
+  echo "==> event-to-reconcile latency at ${BENCH_RATE:-200} events/s"
+  cargo bench --quiet --bench latency
+
+  if [[ -n "${BENCH_CLUSTER_DOWN:-}" ]]; then bash e2e/cluster.sh down; fi
+fi
