@@ -392,7 +392,12 @@ impl<K: Object> Reflector<K> {
                 .list(&params)
                 .await
                 .map_err(ReflectorError::List)?;
-            objects.extend(page.items.into_iter().filter_map(|v| self.decode(v)));
+            objects.extend(
+                page.items
+                    .into_iter()
+                    .filter_map(|v| self.decode(v))
+                    .map(|obj| self.fifo.reuse_unchanged(obj)),
+            );
             match page.continue_token {
                 Some(token) => params.continue_token = Some(token),
                 None => break page.resource_version,
@@ -424,7 +429,7 @@ impl<K: Object> Reflector<K> {
                 Some(Err(e)) if is_decode_error(&e) => self.count_bad_line(&e),
                 Some(Err(e)) => return Err(ReflectorError::Watch(e)),
                 Some(Ok(WatchEvent::Added(v) | WatchEvent::Modified(v))) => {
-                    objects.extend(self.decode(v));
+                    objects.extend(self.decode(v).map(|obj| self.fifo.reuse_unchanged(obj)));
                 }
                 Some(Ok(WatchEvent::Deleted(_))) => {
                     // Initial events are the state at one resourceVersion:
