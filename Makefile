@@ -4,7 +4,7 @@ SHELL := bash
 .DEFAULT_GOAL := help
 
 # Everything built or downloaded is cached outside the repo, keyed by version.
-CACHE_DIR ?= $(HOME)/.cache/tfjob-operator
+CACHE_DIR ?= $(or $(TFJOB_CACHE_DIR),$(HOME)/.cache/tfjob-operator)
 export TFJOB_CACHE_DIR := $(CACHE_DIR)
 export CARGO_TARGET_DIR ?= $(CACHE_DIR)/target
 # The local control plane's state (kubeconfig, logs, pid files, data dirs).
