@@ -55,6 +55,19 @@ fn unix_ns() -> u128 {
 /// When each `(name, resourceVersion)` came off the watch.
 type Received = Arc<Mutex<HashMap<(String, String), Instant>>>;
 
+/// The identity of a watched object, read from its raw JSON.
+#[derive(serde::Deserialize)]
+struct Stamp {
+    metadata: StampMeta,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StampMeta {
+    name: String,
+    resource_version: String,
+}
+
 /// Our API server [`ListWatch`], stamping each watch event's arrival.
 struct Stamping {
     inner: ApiListWatch,
@@ -78,13 +91,9 @@ impl ListWatch for Stamping {
                 .inspect(move |event| {
                     if let Ok(WatchEvent::Modified(v)) = event {
                         let at = Instant::now();
-                        let name = v.pointer("/metadata/name").and_then(Value::as_str);
-                        let rv = v
-                            .pointer("/metadata/resourceVersion")
-                            .and_then(Value::as_str);
-                        if let (Some(name), Some(rv)) = (name, rv) {
+                        if let Ok(Stamp { metadata }) = serde_json::from_str(v.get()) {
                             let mut map = received.lock().unwrap_or_else(|p| p.into_inner());
-                            map.insert((name.to_owned(), rv.to_owned()), at);
+                            map.insert((metadata.name, metadata.resource_version), at);
                         }
                     }
                 })

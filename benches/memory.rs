@@ -35,7 +35,9 @@ use kube_runtime::reflector::store::Writer;
 use kube_runtime::watcher;
 use serde_json::{Value, json};
 use tfjob_operator::runtime::informer::DeletedObject;
-use tfjob_operator::runtime::reflector::{RawList, RawWatchStream, strip_managed_fields};
+use tfjob_operator::runtime::reflector::{
+    RawList, RawWatchStream, parse_list_body, strip_managed_fields,
+};
 use tfjob_operator::runtime::{
     EventHandler, InformerConfig, ListWatch, ReflectorConfig, SharedInformer,
 };
@@ -160,13 +162,10 @@ impl ListWatch for PagedListWatch {
                 .as_deref()
                 .and_then(|t| t.parse::<usize>().ok())
                 .unwrap_or(0);
-            let list: ObjectList<Value> =
-                serde_json::from_slice(&self.pages[page]).map_err(kube::Error::SerdeError)?;
-            Ok(RawList {
-                items: list.items,
-                resource_version: list.metadata.resource_version.unwrap_or_default(),
-                continue_token: list.metadata.continue_,
-            })
+            let text = std::str::from_utf8(&self.pages[page]).map_err(|e| {
+                kube::Error::SerdeError(serde::de::Error::custom(format_args!("{e}")))
+            })?;
+            parse_list_body(text).map_err(kube::Error::SerdeError)
         })
     }
 

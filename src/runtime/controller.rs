@@ -651,7 +651,8 @@ mod tests {
     use super::*;
     use crate::runtime::informer::InformerConfig;
     use crate::runtime::metrics::{encode, new_registry};
-    use crate::runtime::reflector::script::{ScriptedListWatch, cm_json, page};
+    use crate::runtime::reflector::RawObject;
+    use crate::runtime::reflector::script::{ScriptedListWatch, cm_json, page, raw};
 
     #[derive(Debug, thiserror::Error)]
     #[error("scripted failure")]
@@ -1052,13 +1053,14 @@ mod tests {
         shutdown.cancel();
     }
 
-    fn child_json(name: &str, owner: &str) -> serde_json::Value {
-        let mut cm = cm_json(name, "1");
+    fn child_json(name: &str, owner: &str) -> RawObject {
+        let mut cm: serde_json::Value =
+            serde_json::from_str(cm_json(name, "1").get()).expect("cm_json is JSON");
         cm["metadata"]["ownerReferences"] = serde_json::json!([{
             "apiVersion": "v1", "kind": "ConfigMap", "name": owner,
             "uid": "u-1", "controller": true,
         }]);
-        cm
+        raw(&cm)
     }
 
     #[tokio::test(start_paused = true)]

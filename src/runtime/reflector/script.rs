@@ -12,9 +12,9 @@ use kube::api::{ListParams, WatchParams};
 use kube::core::{Status, WatchEvent};
 use serde_json::{Value, json};
 
-use super::{ListWatch, RawList, RawWatchStream};
+use super::{ListWatch, RawList, RawObject, RawWatchStream};
 
-pub type Event = Result<WatchEvent<Value>, kube::Error>;
+pub type Event = Result<WatchEvent<RawObject>, kube::Error>;
 
 /// One scripted answer to a watch call.
 pub enum ScriptedWatch {
@@ -121,9 +121,14 @@ impl ListWatch for ScriptedListWatch {
     }
 }
 
+/// A JSON value as raw text, the way [`ListWatch`] hands objects over.
+pub fn raw(value: &Value) -> RawObject {
+    serde_json::value::to_raw_value(value).expect("a JSON value serializes")
+}
+
 /// A ConfigMap as the server would send it.
-pub fn cm_json(name: &str, rv: &str) -> Value {
-    json!({
+pub fn cm_json(name: &str, rv: &str) -> RawObject {
+    raw(&json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
@@ -133,20 +138,20 @@ pub fn cm_json(name: &str, rv: &str) -> Value {
             "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
         },
         "data": {"rv": rv},
-    })
+    }))
 }
 
 /// A JSON object that is not a valid ConfigMap (`data` must be a map).
-pub fn broken_cm_json(name: &str) -> Value {
-    json!({
+pub fn broken_cm_json(name: &str) -> RawObject {
+    raw(&json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"},
         "data": 42,
-    })
+    }))
 }
 
-pub fn page(items: Vec<Value>, rv: &str, continue_token: Option<&str>) -> RawList {
+pub fn page(items: Vec<RawObject>, rv: &str, continue_token: Option<&str>) -> RawList {
     RawList {
         items,
         resource_version: rv.to_owned(),
