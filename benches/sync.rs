@@ -15,8 +15,13 @@
 //! - `kube-runtime`: `reflector(writer, watcher(api, Config::default()))`
 //!   (paginated list, 500 per page); `kube-runtime-strip` drops
 //!   `managedFields` in `.modify()` before the store;
-//! - `client-go`: `SharedInformerFactory` + `WaitForCacheSync` (v0.34, QPS
-//!   limit lifted); `client-go-strip` uses `SetTransform`.
+//! - `client-go`: `SharedInformerFactory` + wait for `HasSynced` (v0.34, QPS
+//!   limit lifted), at its defaults: paginated LIST in **protobuf** (the
+//!   typed clientset prefers protobuf for built-in kinds; kube-rs and
+//!   k8s-openapi speak JSON only, as every client must for CRDs such as
+//!   TFJob); `client-go-strip` uses `SetTransform`; `client-go-json` asks for
+//!   JSON, the wire format every other peer uses; `client-go-json-watchlist`
+//!   also turns on its streaming list (`KUBE_FEATURE_WatchListClient=true`).
 //!
 //! The orchestrator needs `KUBECONFIG` (`benches/run.sh` starts a private
 //! local control plane) and `GO_INFORMER_BIN` for the Go peer. It creates
@@ -45,13 +50,15 @@ use tokio_util::sync::CancellationToken;
 mod pods;
 
 const NAMESPACE: &str = "bench-sync";
-const PEERS: [&str; 6] = [
+const PEERS: [&str; 8] = [
     "ours",
     "ours-keep-mf",
     "kube-runtime",
     "kube-runtime-strip",
     "client-go",
     "client-go-strip",
+    "client-go-json",
+    "client-go-json-watchlist",
 ];
 
 // ---------------------------------------------------------------- child side
@@ -241,15 +248,25 @@ struct Run {
 }
 
 fn run_peer(peer: &str, go_bin: Option<&str>) -> Option<Run> {
-    let mut cmd = match peer {
-        "client-go" | "client-go-strip" => {
+    let mut cmd = match peer.strip_prefix("client-go") {
+        Some(variant) => {
             let mut c = Command::new(go_bin?);
-            if peer == "client-go-strip" {
-                c.arg("-strip");
+            match variant {
+                "" => {}
+                "-strip" => {
+                    c.arg("-strip");
+                }
+                "-json" => {
+                    c.arg("-json");
+                }
+                "-json-watchlist" => {
+                    c.arg("-json").env("KUBE_FEATURE_WatchListClient", "true");
+                }
+                other => panic!("unknown client-go variant {other}"),
             }
             c
         }
-        _ => {
+        None => {
             let mut c = Command::new(std::env::current_exe().expect("this binary"));
             c.env("SYNC_CHILD", peer);
             c
@@ -320,7 +337,7 @@ fn main() {
         "sync benchmark: {n} Pods ({json_per_pod} B JSON each) in {NAMESPACE}, median of {reps}"
     );
     println!(
-        "{:<20} {:>9} {:>13} {:>9} {:>13} {:>12}",
+        "{:<24} {:>9} {:>13} {:>9} {:>13} {:>12}",
         "peer", "objects", "time to sync", "vs ours", "peak RSS MiB", "vs ours"
     );
     let summary: Vec<(&str, f64, f64, u64)> = runs
@@ -340,7 +357,7 @@ fn main() {
     for &(peer, secs, mib, objects) in &summary {
         let (t_ratio, m_ratio) = ours.map_or((f64::NAN, f64::NAN), |o| (o.1 / secs, o.2 / mib));
         println!(
-            "{peer:<20} {objects:>9} {:>11.2} s {:>8.2}x {mib:>13.1} {:>11.2}x",
+            "{peer:<24} {objects:>9} {:>11.2} s {:>8.2}x {mib:>13.1} {:>11.2}x",
             secs, t_ratio, m_ratio
         );
         rows.push(json!({

@@ -3,8 +3,12 @@
 //
 // The same work as benches/sync.rs asks of our informer and kube-runtime's
 // watcher + reflector: a SharedInformerFactory with no resync, one Pod
-// informer, WaitForCacheSync. With -strip, a transform drops managedFields
-// before storage (as our reflector does by default). Prints one JSON line.
+// informer, wait until synced. With -strip, a transform drops managedFields
+// before storage (as our reflector does by default). By default the typed
+// clientset asks for protobuf for built-in kinds (it is generated with
+// --prefers-protobuf); -json asks for JSON, the only format the Rust peers
+// (and every client of a CRD) can use. KUBE_FEATURE_WatchListClient=true in
+// the environment turns on client-go's streaming list. Prints one JSON line.
 package main
 
 import (
@@ -44,6 +48,7 @@ func vmHWM() int64 {
 func main() {
 	start := time.Now()
 	strip := flag.Bool("strip", false, "drop managedFields before storing")
+	jsonWire := flag.Bool("json", false, "ask for JSON (the clientset's default for built-in kinds is protobuf)")
 	flag.Parse()
 
 	config, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
@@ -55,6 +60,10 @@ func main() {
 	// peers have no client-side limit, so lift it here too.
 	config.QPS = 1e6
 	config.Burst = 1e6
+	if *jsonWire {
+		config.ContentType = "application/json"
+		config.AcceptContentTypes = "application/json"
+	}
 	client := kubernetes.NewForConfigOrDie(config)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	informer := factory.Core().V1().Pods().Informer()
