@@ -23,6 +23,7 @@
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hash};
 use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hashbrown::{DefaultHashBuilder, HashTable};
@@ -80,6 +81,11 @@ fn slot_is<T: Eq>(slots: &[Option<Slot<T>>], i: usize, item: &T) -> bool {
 }
 
 impl<T> Shared<T> {
+    /// Publishes the queue's length for spinning workers (under the lock).
+    fn set_queued(&self, st: &State<T>) {
+        self.queued.0.store(st.queue.len(), Ordering::Relaxed);
+    }
+
     fn lock(&self) -> MutexGuard<'_, State<T>> {
         // A panic while holding this lock cannot leave the state half-updated in
         // a way that matters more than stopping the whole controller would.
@@ -104,11 +110,28 @@ impl<T> Drop for Waiter<'_, T> {
     }
 }
 
+/// A value alone on its 64-byte cache line: written or read by one core, it
+/// does not pull its neighbours' lines back and forth between cores.
+#[repr(align(64))]
+struct CacheLine<T>(T);
+
+/// How many times a worker that finds the queue empty yields to the
+/// scheduler, watching [`Shared::queued`], before it sleeps. Under load the
+/// next key usually arrives within microseconds, while sleeping costs the
+/// worker thread a futex wait and the adder a wake-up. Idle, it costs a few
+/// microseconds once per emptying. Measured on 2 cores, 8 workers and 2
+/// producers on hot keys (`benches/workqueue.rs`): 1.5x the throughput.
+const SPIN_YIELDS: u32 = 8;
+
 pub(super) struct Shared<T> {
     state: Mutex<State<T>>,
     /// Outside the lock: keys are hashed before taking it, to keep the
-    /// critical section short when many producers add hot keys.
-    hasher: DefaultHashBuilder,
+    /// critical section short when many producers add hot keys. On a cache
+    /// line of its own, so reading it never waits for the lock's line.
+    hasher: CacheLine<DefaultHashBuilder>,
+    /// `State::queue.len()`, written under the lock when it changes, read
+    /// without it by workers spinning in `get`.
+    queued: CacheLine<AtomicUsize>,
     /// Wakes workers blocked in `get` (one per added key, all on shutdown).
     ready: Notify,
     /// Wakes `shut_down_with_drain` when the last in-flight key is done.
@@ -155,7 +178,8 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
                 shutting_down: false,
                 draining: false,
             }),
-            hasher: DefaultHashBuilder::default(),
+            hasher: CacheLine(DefaultHashBuilder::default()),
+            queued: CacheLine(AtomicUsize::new(0)),
             ready: Notify::new(),
             drained: Notify::new(),
             metrics,
@@ -186,12 +210,15 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
 
     fn add_item(&self, item: Item<'_, T>) {
         let now = self.shared.metrics.as_ref().map(|_| Instant::now());
-        let hash = self.shared.hasher.hash_one(item.get());
+        let hash = self.shared.hasher.0.hash_one(item.get());
         let mut st = self.lock();
         if st.shutting_down {
             return;
         }
         let added = add_locked(&mut st, item, hash, now);
+        if added == Added::Ready {
+            self.shared.set_queued(&st);
+        }
         let wake = added == Added::Ready && st.waiters > 0;
         drop(st);
         if added != Added::No
@@ -214,7 +241,7 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
         let (mut counted, mut ready) = (0, 0);
         for item in items {
             // Rare path (the delaying queue's timer): hashing under the lock is fine.
-            let hash = self.shared.hasher.hash_one(&item);
+            let hash = self.shared.hasher.0.hash_one(&item);
             match add_locked(&mut st, Item::Owned(item), hash, now) {
                 Added::No => {}
                 Added::Dirty => counted += 1,
@@ -223,6 +250,9 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
                     ready += 1;
                 }
             }
+        }
+        if ready > 0 {
+            self.shared.set_queued(&st);
         }
         let wake = if st.waiters > 0 { ready } else { 0 };
         drop(st);
@@ -241,11 +271,22 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
             shared: &self.shared,
             registered: false,
         };
+        let mut spins = 0;
         loop {
             // Fast path, also taken after every wake-up: no waiter registration
             // (which costs Notify's own lock) while keys are available.
             if let Some(next) = self.try_get(&mut waiter, false) {
                 return next;
+            }
+            if spins < SPIN_YIELDS {
+                loop {
+                    spins += 1;
+                    tokio::task::yield_now().await;
+                    if spins >= SPIN_YIELDS || self.shared.queued.0.load(Ordering::Relaxed) > 0 {
+                        break;
+                    }
+                }
+                continue;
             }
             let notified = pin!(self.shared.ready.notified());
             let mut notified = notified;
@@ -279,6 +320,7 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
             }
             return None;
         };
+        self.shared.set_queued(&st);
         let track = self.shared.metrics.is_some();
         let now = track.then(Instant::now);
         let mut queued_for = None;
@@ -304,7 +346,7 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
     pub fn done(&self, item: &T) {
         let track = self.shared.metrics.is_some();
         let now = track.then(Instant::now);
-        let hash = self.shared.hasher.hash_one(item);
+        let hash = self.shared.hasher.0.hash_one(item);
         let mut guard = self.lock();
         let st = &mut *guard;
         let slots = &mut st.slots;
@@ -326,6 +368,10 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
         let requeue = slot.dirty;
         if requeue {
             st.queue.push_back(i);
+            self.shared
+                .queued
+                .0
+                .store(st.queue.len(), Ordering::Relaxed);
         } else {
             entry.remove();
             slots[i] = None;
