@@ -240,16 +240,32 @@ impl<K: Object> DeltaFifo<K> {
         let Some(key) = ObjectKey::of(obj.as_ref()) else {
             return obj;
         };
-        match self.known.get(&key) {
-            Some(cached)
-                if cached.meta().resource_version.is_some()
-                    && cached.meta().resource_version == obj.meta().resource_version
-                    && cached.meta().uid == obj.meta().uid =>
-            {
-                cached
-            }
-            _ => obj,
-        }
+        let meta = obj.meta();
+        let Some(rv) = meta.resource_version.as_deref() else {
+            return obj;
+        };
+        self.cached_unchanged(&key, meta.uid.as_deref(), rv)
+            .unwrap_or(obj)
+    }
+
+    /// The consumer's cached object for `key` if it is still the one with
+    /// this `uid` at this `resource_version`. The reflector asks before
+    /// decoding a relisted object at all (see [`Self::reuse_unchanged`]).
+    pub fn cached_unchanged(
+        &self,
+        key: &ObjectKey,
+        uid: Option<&str>,
+        resource_version: &str,
+    ) -> Option<Arc<K>> {
+        let cached = self.known.get(key)?;
+        let meta = cached.meta();
+        (meta.resource_version.as_deref() == Some(resource_version) && meta.uid.as_deref() == uid)
+            .then_some(cached)
+    }
+
+    /// True while the consumer's cache is empty (before the first list).
+    pub fn knows_nothing(&self) -> bool {
+        self.known.is_empty()
     }
 
     /// Queues an `Added` delta (a watch ADDED event).

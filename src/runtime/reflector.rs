@@ -25,6 +25,7 @@ mod list_watch;
 #[cfg(test)]
 pub(crate) mod script;
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -357,6 +358,24 @@ impl<K: Object> Reflector<K> {
         }
     }
 
+    /// Decodes one object of a (re)list. When the cache already holds it at
+    /// this resourceVersion — most objects, on a relist — the cached `Arc` is
+    /// handed on and the text is never decoded: only its identity is read
+    /// (a scan that allocates nothing). Otherwise the decoded object, or the
+    /// cached one if they turn out equal after all.
+    fn decode_listed(&self, raw: RawObject) -> Option<Arc<K>> {
+        if !self.fifo.knows_nothing()
+            && let Ok(Identity { metadata: id }) = serde_json::from_str::<Identity<'_>>(raw.get())
+            && let (Some(name), Some(rv)) = (id.name.as_deref(), id.resource_version.as_deref())
+        {
+            let key = super::ObjectKey::new(id.namespace.as_deref(), name);
+            if let Some(cached) = self.fifo.cached_unchanged(&key, id.uid.as_deref(), rv) {
+                return Some(cached);
+            }
+        }
+        self.decode(raw).map(|obj| self.fifo.reuse_unchanged(obj))
+    }
+
     /// A full (re)list into the FIFO. A streaming list returns its watch,
     /// which continues with live events.
     async fn list(&mut self) -> Result<Option<WatchStreamState>, ReflectorError> {
@@ -397,8 +416,7 @@ impl<K: Object> Reflector<K> {
             objects.extend(
                 page.items
                     .into_iter()
-                    .filter_map(|v| self.decode(v))
-                    .map(|obj| self.fifo.reuse_unchanged(obj)),
+                    .filter_map(|raw| self.decode_listed(raw)),
             );
             match page.continue_token {
                 Some(token) => params.continue_token = Some(token),
@@ -431,7 +449,7 @@ impl<K: Object> Reflector<K> {
                 Some(Err(e)) if is_decode_error(&e) => self.count_bad_line(&e),
                 Some(Err(e)) => return Err(ReflectorError::Watch(e)),
                 Some(Ok(WatchEvent::Added(v) | WatchEvent::Modified(v))) => {
-                    objects.extend(self.decode(v).map(|obj| self.fifo.reuse_unchanged(obj)));
+                    objects.extend(self.decode_listed(v));
                 }
                 Some(Ok(WatchEvent::Deleted(_))) => {
                     // Initial events are the state at one resourceVersion:
@@ -521,6 +539,27 @@ impl<K: Object> Reflector<K> {
     }
 }
 
+/// Who an object is and at which version, read from its JSON without
+/// decoding the rest (unknown fields are skipped, strings borrowed).
+#[derive(serde::Deserialize)]
+struct Identity<'a> {
+    #[serde(borrow)]
+    metadata: IdentityMeta<'a>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct IdentityMeta<'a> {
+    #[serde(borrow, default)]
+    namespace: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    uid: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    resource_version: Option<Cow<'a, str>>,
+}
+
 /// `metadata.name` of an object that failed to decode, for the log line.
 fn object_name(raw: &RawObject) -> String {
     #[derive(serde::Deserialize)]
@@ -603,8 +642,17 @@ mod tests {
     }
 
     fn start(lw: ScriptedListWatch, config: ReflectorConfig<ConfigMap>) -> Running {
+        start_with_cache(lw, config, Indexer::new())
+    }
+
+    /// Like [`start`], with an informer cache that already holds objects.
+    fn start_with_cache(
+        lw: ScriptedListWatch,
+        config: ReflectorConfig<ConfigMap>,
+        cache: Indexer<ConfigMap>,
+    ) -> Running {
         let lw = Arc::new(lw);
-        let fifo = DeltaFifo::new(Indexer::new());
+        let fifo = DeltaFifo::new(cache);
         let reflector = Reflector::new(lw.clone(), fifo.clone(), config);
         let status = reflector.status();
         let shutdown = CancellationToken::new();
@@ -728,6 +776,37 @@ mod tests {
         let rvs: Vec<String> = r.lw.watch_calls().into_iter().map(|(_, rv)| rv).collect();
         assert_eq!(rvs, ["5", "9"]);
         assert_eq!(r.status.lists(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_relisted_object_the_cache_holds_at_that_version_is_not_decoded_again() {
+        // The cache holds "a" at resourceVersion 1. The relist sends "a" at 1
+        // with a body that cannot decode: if it were decoded, it would be
+        // counted as a failure and dropped (then tombstoned). It is handed on
+        // as the cached object instead. "b" is new and broken: decoded, failed.
+        let cache = Indexer::new();
+        let cached: ConfigMap = serde_json::from_str(cm_json("a", "1").get()).unwrap();
+        cache.insert(Arc::new(cached));
+        let lw = ScriptedListWatch::new()
+            .list(Ok(page(
+                vec![broken_cm_json("a"), broken_cm_json("b"), cm_json("c", "3")],
+                "5",
+                None,
+            )))
+            .watch(open(vec![]));
+        let r = start_with_cache(lw, paginated(), cache.clone());
+        settle(1.0).await;
+        assert_eq!(r.status.decode_failures(), 1);
+        let listed = r
+            .fifo
+            .try_pop_with(|d| d.deltas.last().map(|delta| Arc::clone(delta.object())))
+            .flatten()
+            .expect("a was listed");
+        let in_cache = cache
+            .get(&crate::runtime::ObjectKey::new(Some("ns"), "a"))
+            .unwrap();
+        assert!(Arc::ptr_eq(&listed, &in_cache));
+        assert_eq!(drain(&r.fifo), ["c: Replaced"]);
     }
 
     #[tokio::test(start_paused = true)]
