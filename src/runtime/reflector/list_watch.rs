@@ -123,7 +123,12 @@ impl ListWatch for ApiListWatch {
             let events = body.lines().filter_map(|line| async move {
                 match line {
                     Ok(line) if line.is_empty() => None,
-                    Ok(line) => Some(parse_watch_line(&line)),
+                    Ok(line) => match parse_watch_line(&line) {
+                        // The last line of a cut connection, incomplete: the
+                        // stream ends and the reflector re-watches.
+                        Err(kube::Error::SerdeError(e)) if e.is_eof() => None,
+                        parsed => Some(parsed),
+                    },
                     // A connection cut mid-stream (typical after minutes of
                     // watching, or when the server restarts) ends the watch
                     // like a close: the reflector re-watches from its last
@@ -241,7 +246,12 @@ mod tests {
         assert!(matches!(parse_watch_line(line), Err(kube::Error::Api(s)) if s.code == 410));
         assert!(matches!(
             parse_watch_line("{not json"),
-            Err(kube::Error::SerdeError(_))
+            Err(kube::Error::SerdeError(e)) if !e.is_eof()
+        ));
+        // A line cut short is an end-of-input error, which the stream drops.
+        assert!(matches!(
+            parse_watch_line(r#"{"type":"ADDED","object":{"metadata":"#),
+            Err(kube::Error::SerdeError(e)) if e.is_eof()
         ));
         assert!(matches!(
             parse_watch_line(r#"{"type":"SURPRISE","object":{}}"#),
