@@ -245,15 +245,8 @@ async fn run_timer<T: Clone + Eq + Hash + Send + 'static>(timer: Arc<Timer<T>>, 
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::advance;
     use super::*;
-
-    /// Advances paused time and lets the timer task run.
-    async fn advance(d: Duration) {
-        tokio::time::advance(d).await;
-        for _ in 0..4 {
-            tokio::task::yield_now().await;
-        }
-    }
 
     #[tokio::test(start_paused = true)]
     async fn a_delayed_key_arrives_exactly_when_due() {

@@ -22,3 +22,16 @@ pub use rate_limiter::{
     Bucket, ItemExponentialFailure, MaxOf, RateLimiter, default_controller_rate_limiter,
 };
 pub use rate_limiting::RateLimitingQueue;
+
+#[cfg(test)]
+mod test_support {
+    use std::time::Duration;
+
+    /// Advances paused time and lets the delaying queue's timer task run.
+    pub(super) async fn advance(d: Duration) {
+        tokio::time::advance(d).await;
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+    }
+}

@@ -148,16 +148,10 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> RateLimitingQueue<T> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::advance;
     use super::*;
     use crate::runtime::metrics::{encode, new_registry};
     use crate::runtime::workqueue::ItemExponentialFailure;
-
-    async fn advance(d: Duration) {
-        tokio::time::advance(d).await;
-        for _ in 0..4 {
-            tokio::task::yield_now().await;
-        }
-    }
 
     #[tokio::test(start_paused = true)]
     async fn rate_limited_adds_back_off_exponentially_until_forgotten() {
