@@ -15,7 +15,7 @@ help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: lint unit crd-check e2e ## Everything CI runs: lint, unit tests, CRD drift check, e2e on a fresh local cluster
+test: lint unit crd-check proto-schema-check e2e ## Everything CI runs: lint, unit tests, CRD and protobuf-table drift checks, e2e on a fresh local cluster
 
 .PHONY: lint
 lint: fmt-check clippy chart-lint docker-lint ## cargo fmt --check, clippy -D warnings, the Helm chart, the Dockerfile
@@ -42,6 +42,16 @@ crd: ## Regenerate crds/ (and the chart's copy) from the Rust types
 crd-check: ## Fail if the committed CRD drifted from the Rust types
 	cargo run --quiet -- crd | diff -u crds/kubeflow.org_tfjobs.yaml - \
 	  || { echo "crds/ is stale: run 'make crd' and commit"; exit 1; }
+
+.PHONY: proto-schema
+proto-schema: ## Regenerate src/runtime/protobuf/generated.rs from the Go API types (hack/protobuf-schema)
+	cd hack/protobuf-schema && go run . > ../../src/runtime/protobuf/generated.rs.tmp
+	mv src/runtime/protobuf/generated.rs.tmp src/runtime/protobuf/generated.rs
+
+.PHONY: proto-schema-check
+proto-schema-check: ## Fail if the committed protobuf tables drifted from the Go API types
+	cd hack/protobuf-schema && go run . | diff -u ../../src/runtime/protobuf/generated.rs - \
+	  || { echo "src/runtime/protobuf/generated.rs is stale: run 'make proto-schema' and commit"; exit 1; }
 
 .PHONY: cluster-tools
 cluster-tools: ## Build (or reuse from the cache) etcd, kube-*, kubectl, helm, kwok

@@ -91,7 +91,7 @@ impl ListWatch for Stamping {
                 .inspect(move |event| {
                     if let Ok(WatchEvent::Modified(v)) = event {
                         let at = Instant::now();
-                        if let Ok(Stamp { metadata }) = serde_json::from_str(v.get()) {
+                        if let Some(Ok(Stamp { metadata })) = v.json().map(serde_json::from_str) {
                             let mut map = received.lock().unwrap_or_else(|p| p.into_inner());
                             map.insert((metadata.name, metadata.resource_version), at);
                         }

@@ -35,9 +35,7 @@ use kube_runtime::reflector::store::Writer;
 use kube_runtime::watcher;
 use serde_json::{Value, json};
 use tfjob_operator::runtime::informer::DeletedObject;
-use tfjob_operator::runtime::reflector::{
-    RawList, RawWatchStream, parse_list_body, strip_managed_fields,
-};
+use tfjob_operator::runtime::reflector::{RawList, RawWatchStream, parse_list_body};
 use tfjob_operator::runtime::{
     EventHandler, InformerConfig, ListWatch, ReflectorConfig, SharedInformer,
 };
@@ -240,7 +238,7 @@ fn ours(pages: &Arc<Vec<Vec<u8>>>, n: usize, strip: bool) -> Heap {
                 // Paginated LIST, as kube-runtime's default; the in-memory
                 // server has no WatchList.
                 streaming_list: false,
-                transform: strip.then(strip_managed_fields),
+                strip_managed_fields: strip,
                 ..ReflectorConfig::default()
             },
             resync: None,

@@ -10,8 +10,9 @@
 //! Peers run at their defaults and once with the other stripping choice:
 //!
 //! - `ours`: an `InformerFactory` Pod informer as the operator builds it
-//!   (streaming list when the server offers it, `managedFields` stripped);
-//!   `ours-keep-mf` keeps `managedFields`;
+//!   (protobuf, streaming list when the server offers it, `managedFields`
+//!   stripped); `ours-keep-mf` keeps `managedFields`; `ours-json` reads
+//!   JSON, as it must for custom resources such as TFJob;
 //! - `kube-runtime`: `reflector(writer, watcher(api, Config::default()))`
 //!   (paginated list, 500 per page); `kube-runtime-strip` drops
 //!   `managedFields` in `.modify()` before the store;
@@ -50,9 +51,10 @@ use tokio_util::sync::CancellationToken;
 mod pods;
 
 const NAMESPACE: &str = "bench-sync";
-const PEERS: [&str; 8] = [
+const PEERS: [&str; 9] = [
     "ours",
     "ours-keep-mf",
+    "ours-json",
     "kube-runtime",
     "kube-runtime-strip",
     "client-go",
@@ -75,10 +77,16 @@ fn vm_hwm_kb() -> i64 {
         .unwrap_or(-1)
 }
 
-async fn sync_ours(strip: bool) -> usize {
+async fn sync_ours(strip: bool, json: bool) -> usize {
     let client = kube::Client::try_default().await.expect("a kube client");
     let shutdown = CancellationToken::new();
-    let informer = if strip {
+    let informer = if json {
+        let list_watch = ApiListWatch::new::<Pod>(client, None).json();
+        let informer = SharedInformer::<Pod>::new(Arc::new(list_watch), InformerConfig::default());
+        tokio::spawn(informer.clone().run(shutdown.clone()));
+        informer.wait_for_sync().await;
+        informer
+    } else if strip {
         // Exactly what the operator does.
         let factory = InformerFactory::new(client);
         let informer = factory.informer::<Pod>(WatchConfig::default());
@@ -88,7 +96,7 @@ async fn sync_ours(strip: bool) -> usize {
     } else {
         let config = InformerConfig {
             reflector: ReflectorConfig {
-                transform: None,
+                strip_managed_fields: false,
                 ..ReflectorConfig::default()
             },
             resync: None,
@@ -131,8 +139,9 @@ fn child(peer: &str) {
         .expect("runtime");
     let objects = rt.block_on(async {
         match peer {
-            "ours" => sync_ours(true).await,
-            "ours-keep-mf" => sync_ours(false).await,
+            "ours" => sync_ours(true, false).await,
+            "ours-keep-mf" => sync_ours(false, false).await,
+            "ours-json" => sync_ours(true, true).await,
             "kube-runtime" => sync_kube(false).await,
             "kube-runtime-strip" => sync_kube(true).await,
             other => panic!("unknown peer {other}"),

@@ -1054,8 +1054,7 @@ mod tests {
     }
 
     fn child_json(name: &str, owner: &str) -> RawObject {
-        let mut cm: serde_json::Value =
-            serde_json::from_str(cm_json(name, "1").get()).expect("cm_json is JSON");
+        let mut cm: serde_json::Value = cm_json(name, "1").decode(false).expect("cm_json decodes");
         cm["metadata"]["ownerReferences"] = serde_json::json!([{
             "apiVersion": "v1", "kind": "ConfigMap", "name": owner,
             "uid": "u-1", "controller": true,

@@ -17,6 +17,7 @@ pub mod manager;
 pub mod metrics;
 pub mod object;
 pub mod ownership;
+pub mod protobuf;
 pub mod reflector;
 pub mod server;
 pub mod store;

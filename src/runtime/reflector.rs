@@ -22,10 +22,11 @@
 //! FIFO) and never give up: it runs until shut down.
 mod backoff;
 mod list_watch;
+mod protobuf_requests;
+mod raw;
 #[cfg(test)]
 pub(crate) mod script;
 
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,8 +39,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use backoff::Backoff;
 pub use list_watch::{
-    ApiListWatch, ListWatch, RawList, RawObject, RawWatchStream, parse_list_body, parse_watch_line,
+    ApiListWatch, ListWatch, RawList, RawWatchStream, parse_list_body, parse_watch_line,
 };
+pub use raw::{DecodeError, Identity, RawObject};
 
 use super::Object;
 use super::delta_fifo::DeltaFifo;
@@ -133,6 +135,11 @@ pub struct ReflectorConfig<K> {
     pub page_size: u32,
     /// Applied to every object before it reaches the FIFO.
     pub transform: Option<Transform<K>>,
+    /// Drop `metadata.managedFields` (often half an object's size; no
+    /// controller reads it; controller-runtime's
+    /// `TransformStripManagedFields`). In protobuf they are skipped while
+    /// decoding, never built; from JSON they are dropped after it.
+    pub strip_managed_fields: bool,
     /// Try a streaming list (`sendInitialEvents=true`) before paginated LIST.
     pub streaming_list: bool,
     /// Each watch asks the server to close it after a random time in this
@@ -147,6 +154,7 @@ impl<K> Clone for ReflectorConfig<K> {
             field_selector: self.field_selector.clone(),
             page_size: self.page_size,
             transform: self.transform.clone(),
+            strip_managed_fields: self.strip_managed_fields,
             streaming_list: self.streaming_list,
             watch_timeout: self.watch_timeout,
         }
@@ -159,7 +167,8 @@ impl<K: Object> Default for ReflectorConfig<K> {
             label_selector: None,
             field_selector: None,
             page_size: 500,
-            transform: Some(strip_managed_fields()),
+            transform: None,
+            strip_managed_fields: true,
             streaming_list: true,
             watch_timeout: (Duration::from_secs(300), Duration::from_secs(600)),
         }
@@ -334,24 +343,32 @@ impl<K: Object> Reflector<K> {
     /// Decodes one raw object and applies the transform; a failure is
     /// logged and counted, never fatal.
     fn decode(&self, raw: RawObject) -> Option<Arc<K>> {
-        match serde_json::from_str::<K>(raw.get()) {
+        match raw.decode::<K>(self.config.strip_managed_fields) {
             Ok(mut obj) => {
+                if self.config.strip_managed_fields {
+                    obj.meta_mut().managed_fields = None;
+                }
                 if let Some(transform) = &self.config.transform {
                     transform(&mut obj);
                 }
-                // Decoding from text, serde grows every `Vec` by doubling (JSON
-                // gives no length up front), so a cached object would keep up to
-                // twice the capacity it needs: 4.3 KB per stripped Pod, 45 % on
-                // top of its 9.6 KB (`benches/memory.rs`). A clone allocates
-                // exact capacities, and costs a fraction of the decode.
-                Some(Arc::new(obj.clone()))
+                match raw {
+                    // Decoding from text, serde grows every `Vec` by doubling
+                    // (JSON gives no length up front), so a cached object would
+                    // keep up to twice the capacity it needs: 4.3 KB per
+                    // stripped Pod, 45 % on top of its 9.6 KB
+                    // (`benches/memory.rs`). A clone allocates exact
+                    // capacities, and costs a fraction of the decode.
+                    RawObject::Json(_) => Some(Arc::new(obj.clone())),
+                    // Protobuf says how many elements follow: already exact.
+                    RawObject::Protobuf { .. } => Some(Arc::new(obj)),
+                }
             }
             Err(error) => {
                 self.status
                     .shared
                     .decode_failures
                     .fetch_add(1, Ordering::Relaxed);
-                let name = object_name(&raw);
+                let name = raw.name();
                 tracing::error!(%error, name, "failed to decode an object, skipping it");
                 None
             }
@@ -365,7 +382,7 @@ impl<K: Object> Reflector<K> {
     /// cached one if they turn out equal after all.
     fn decode_listed(&self, raw: RawObject) -> Option<Arc<K>> {
         if !self.fifo.knows_nothing()
-            && let Ok(Identity { metadata: id }) = serde_json::from_str::<Identity<'_>>(raw.get())
+            && let Some(id) = raw.identity()
             && let (Some(name), Some(rv)) = (id.name.as_deref(), id.resource_version.as_deref())
         {
             let key = super::ObjectKey::new(id.namespace.as_deref(), name);
@@ -537,43 +554,6 @@ impl<K: Object> Reflector<K> {
             }
         }
     }
-}
-
-/// Who an object is and at which version, read from its JSON without
-/// decoding the rest (unknown fields are skipped, strings borrowed).
-#[derive(serde::Deserialize)]
-struct Identity<'a> {
-    #[serde(borrow)]
-    metadata: IdentityMeta<'a>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct IdentityMeta<'a> {
-    #[serde(borrow, default)]
-    namespace: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    uid: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    resource_version: Option<Cow<'a, str>>,
-}
-
-/// `metadata.name` of an object that failed to decode, for the log line.
-fn object_name(raw: &RawObject) -> String {
-    #[derive(serde::Deserialize)]
-    struct Named {
-        metadata: Option<Meta>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Meta {
-        name: Option<String>,
-    }
-    serde_json::from_str::<Named>(raw.get())
-        .ok()
-        .and_then(|n| n.metadata?.name)
-        .unwrap_or_else(|| "<unnamed>".to_owned())
 }
 
 /// A line that is not a watch event (as opposed to a broken connection).
@@ -785,7 +765,7 @@ mod tests {
         // counted as a failure and dropped (then tombstoned). It is handed on
         // as the cached object instead. "b" is new and broken: decoded, failed.
         let cache = Indexer::new();
-        let cached: ConfigMap = serde_json::from_str(cm_json("a", "1").get()).unwrap();
+        let cached: ConfigMap = cm_json("a", "1").decode(false).unwrap();
         cache.insert(Arc::new(cached));
         let lw = ScriptedListWatch::new()
             .list(Ok(page(

@@ -24,6 +24,7 @@ mod helm;
 mod informer;
 mod manager;
 mod operator;
+mod protobuf;
 mod sdk;
 mod smoke;
 mod tfjob;

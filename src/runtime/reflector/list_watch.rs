@@ -25,10 +25,9 @@ use kube::core::{ListMeta, Request, Status, WatchEvent};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::{RawObject, protobuf_requests};
 use crate::runtime::Object;
-
-/// One object's JSON text, not yet decoded.
-pub type RawObject = Box<RawValue>;
+use crate::runtime::protobuf::{self, Message};
 
 /// One page of a LIST, items still undecoded.
 #[derive(Clone, Debug, Default)]
@@ -61,16 +60,33 @@ pub trait ListWatch: Send + Sync + 'static {
 pub struct ApiListWatch {
     client: kube::Client,
     request: Request,
+    /// Set for built-in kinds with a protobuf table: lists and watches then
+    /// ask for protobuf, as client-go's typed clients do.
+    protobuf: Option<&'static Message>,
 }
 
 impl ApiListWatch {
     /// Lists and watches `K` in `namespace` (`None`: every namespace, or a
-    /// cluster-scoped kind).
+    /// cluster-scoped kind), in protobuf if `K` has a table, else in JSON.
     pub fn new<K: Object>(client: kube::Client, namespace: Option<&str>) -> Self {
         Self {
             client,
             request: Request::new(K::url_path(&(), namespace)),
+            protobuf: protobuf::message_for::<K>(),
         }
+    }
+
+    /// The same, always in JSON.
+    pub fn json(self) -> Self {
+        Self {
+            protobuf: None,
+            ..self
+        }
+    }
+
+    /// Whether lists and watches ask for protobuf.
+    pub fn uses_protobuf(&self) -> bool {
+        self.protobuf.is_some()
     }
 }
 
@@ -80,14 +96,14 @@ struct RawListBody {
     #[serde(default)]
     metadata: ListMeta,
     #[serde(default)]
-    items: Vec<RawObject>,
+    items: Vec<Box<RawValue>>,
 }
 
 /// Splits a LIST response body into its undecoded items.
 pub fn parse_list_body(text: &str) -> Result<RawList, serde_json::Error> {
     let body: RawListBody = serde_json::from_str(text)?;
     Ok(RawList {
-        items: body.items,
+        items: body.items.into_iter().map(RawObject::Json).collect(),
         resource_version: body.metadata.resource_version.unwrap_or_default(),
         continue_token: body.metadata.continue_.filter(|c| !c.is_empty()),
     })
@@ -101,6 +117,9 @@ impl ListWatch for ApiListWatch {
                 .list(params)
                 .map_err(kube::Error::BuildRequest)?;
             req.extensions_mut().insert("list");
+            if let Some(message) = self.protobuf {
+                return protobuf_requests::list(&self.client, req, message).await;
+            }
             let text = self.client.request_text(req).await?;
             parse_list_body(&text).map_err(kube::Error::SerdeError)
         })
@@ -117,6 +136,9 @@ impl ListWatch for ApiListWatch {
                 .watch(params, resource_version)
                 .map_err(kube::Error::BuildRequest)?;
             req.extensions_mut().insert("watch");
+            if let Some(message) = self.protobuf {
+                return protobuf_requests::watch(&self.client, req, message).await;
+            }
             // Each event is one line; see `kube::Client::request_events`,
             // whose framing and end-of-stream rules this follows.
             let body = self.client.request_stream(req).await?;
@@ -169,9 +191,9 @@ pub fn parse_watch_line(line: &str) -> Result<WatchEvent<RawObject>, kube::Error
     };
     let object = event.object;
     Ok(match event.kind.as_ref() {
-        "ADDED" => WatchEvent::Added(object.to_owned()),
-        "MODIFIED" => WatchEvent::Modified(object.to_owned()),
-        "DELETED" => WatchEvent::Deleted(object.to_owned()),
+        "ADDED" => WatchEvent::Added(RawObject::Json(object.to_owned())),
+        "MODIFIED" => WatchEvent::Modified(RawObject::Json(object.to_owned())),
+        "DELETED" => WatchEvent::Deleted(RawObject::Json(object.to_owned())),
         "BOOKMARK" => WatchEvent::Bookmark(
             serde_json::from_str(object.get()).map_err(kube::Error::SerdeError)?,
         ),
@@ -214,7 +236,10 @@ mod tests {
         let line = r#"{"type":"ADDED","object":{"metadata":{"name":"a"},"data":{"k":"v"}}}"#;
         match parse_watch_line(line) {
             Ok(WatchEvent::Added(obj)) => {
-                assert_eq!(obj.get(), r#"{"metadata":{"name":"a"},"data":{"k":"v"}}"#)
+                assert_eq!(
+                    obj.json().unwrap(),
+                    r#"{"metadata":{"name":"a"},"data":{"k":"v"}}"#
+                )
             }
             other => panic!("unexpected {other:?}"),
         }
@@ -264,7 +289,10 @@ mod tests {
         let body = r#"{"kind":"PodList","metadata":{"resourceVersion":"7","continue":"c"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}"#;
         let list = parse_list_body(body).unwrap();
         assert_eq!(list.items.len(), 2);
-        assert_eq!(list.items[1].get(), r#"{"metadata":{"name":"b"}}"#);
+        assert_eq!(
+            list.items[1].json().unwrap(),
+            r#"{"metadata":{"name":"b"}}"#
+        );
         assert_eq!(list.resource_version, "7");
         assert_eq!(list.continue_token.as_deref(), Some("c"));
         let last = parse_list_body(r#"{"metadata":{"continue":""},"items":[]}"#).unwrap();

@@ -123,7 +123,7 @@ impl ListWatch for ScriptedListWatch {
 
 /// A JSON value as raw text, the way [`ListWatch`] hands objects over.
 pub fn raw(value: &Value) -> RawObject {
-    serde_json::value::to_raw_value(value).expect("a JSON value serializes")
+    RawObject::Json(serde_json::value::to_raw_value(value).expect("a JSON value serializes"))
 }
 
 /// A ConfigMap as the server would send it.
@@ -165,15 +165,14 @@ pub fn bookmark(rv: &str, initial_events_end: bool) -> Event {
     } else {
         json!({})
     };
-    Ok(serde_json::from_value(json!({
-        "type": "BOOKMARK",
-        "object": {
+    Ok(WatchEvent::Bookmark(
+        serde_json::from_value(json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"resourceVersion": rv, "annotations": annotations},
-        },
-    }))
-    .unwrap())
+        }))
+        .unwrap(),
+    ))
 }
 
 pub fn status(code: u16, reason: &str, message: &str) -> Box<Status> {

@@ -1,0 +1,261 @@
+//! Kubernetes' protobuf encoding, decoded into the same types as its JSON.
+//!
+//! Mirrors what client-go's typed clientsets do by default for built-in
+//! kinds (`rest.Config.ContentType = "application/vnd.kubernetes.protobuf"`):
+//! the API server encodes protobuf about three times faster than JSON
+//! (10,000 Pods listed: 0.36 s against 0.65 s on the machine in
+//! `docs/benchmarks.md`; as a streaming watch-list 0.33 s against 1.05 s),
+//! and the bytes are a third smaller. That is CPU the API server spends on
+//! every informer's list and on every watch event.
+//!
+//! There is no Rust protobuf type set that kube can use, and the typed structs
+//! are k8s-openapi's, made for JSON. So instead of generating a second set of
+//! types, [`de`] reads protobuf bytes through serde as if they were the
+//! object's JSON, guided by tables ([`schema`], generated from the Go types
+//! into `generated.rs`) that know each field's number and JSON name. Only kinds
+//! with a table ([`ProtobufKind`]) can use it; every other kind, and every
+//! custom resource (the API server only speaks JSON for those), stays on JSON.
+//!
+//! The wire layout: a response body is the 4 bytes `k8s\0` and a
+//! `runtime.Unknown` envelope, `{typeMeta = 1, raw = 2, contentEncoding = 3,
+//! contentType = 4}`, whose `raw` is the object's (or list's) message. A
+//! watch stream (`;stream=watch`) is a series of frames, each a 4-byte
+//! big-endian length and a `metav1.WatchEvent` `{type = 1, object = 2}`
+//! whose object is `{raw = 1}` holding an enveloped object.
+mod de;
+mod generated;
+pub mod schema;
+mod wire;
+
+use serde::de::DeserializeOwned;
+
+pub use schema::{Message, ProtobufKind};
+
+/// The media type the API server answers in protobuf.
+pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
+/// What a client asks a protobuf watch for.
+pub const WATCH_MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=watch";
+/// The first four bytes of every protobuf-encoded object.
+pub const MAGIC: &[u8; 4] = b"k8s\0";
+
+/// Bytes that are not the protobuf the decoder expected, with where.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("protobuf: {0}")]
+pub struct Error(String);
+
+impl Error {
+    fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+
+    /// Prefixes the path of the field the error is in, innermost first
+    /// outermost last, as it unwinds: `io.k8s.api.core.v1.Pod.spec: ...`.
+    fn within(self, message: &str, field: &str) -> Self {
+        Self(format!("{message}.{field}: {}", self.0))
+    }
+}
+
+impl serde::de::Error for Error {
+    fn custom<T: std::fmt::Display>(msg: T) -> Self {
+        Self(msg.to_string())
+    }
+}
+
+/// The table for `K`, if `K` is a built-in kind that has one.
+pub fn message_for<K: 'static>() -> Option<&'static Message> {
+    use k8s_openapi::api::{coordination, core};
+    use std::any::TypeId;
+    fn of<T: ProtobufKind + 'static>(id: TypeId) -> Option<&'static Message> {
+        (id == TypeId::of::<T>()).then_some(T::MESSAGE)
+    }
+    let id = TypeId::of::<K>();
+    of::<core::v1::Pod>(id)
+        .or_else(|| of::<core::v1::Service>(id))
+        .or_else(|| of::<core::v1::ConfigMap>(id))
+        .or_else(|| of::<core::v1::Secret>(id))
+        .or_else(|| of::<core::v1::Namespace>(id))
+        .or_else(|| of::<core::v1::Node>(id))
+        .or_else(|| of::<core::v1::Event>(id))
+        .or_else(|| of::<core::v1::Endpoints>(id))
+        .or_else(|| of::<coordination::v1::Lease>(id))
+}
+
+/// The table for `metav1.Status` (error answers and watch ERROR events).
+pub fn status_message() -> &'static Message {
+    &generated::META_V1_STATUS
+}
+
+/// Decodes one object's message (its envelope's `raw`) into `T`.
+pub fn decode<T: DeserializeOwned>(message: &'static Message, bytes: &[u8]) -> Result<T, Error> {
+    T::deserialize(de::MessageDeserializer::new(bytes, message))
+}
+
+/// [`decode`], leaving out `metadata.managedFields`: never built, rather
+/// than built and dropped (they are about half of a Pod's bytes).
+pub fn decode_without_managed_fields<T: DeserializeOwned>(
+    message: &'static Message,
+    bytes: &[u8],
+) -> Result<T, Error> {
+    T::deserialize(de::MessageDeserializer::new(bytes, message).without_managed_fields())
+}
+
+/// A `k8s\0` + `runtime.Unknown` envelope, opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Envelope<'a> {
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    /// The object's message.
+    pub raw: &'a [u8],
+}
+
+/// Opens the envelope around an encoded object or list.
+pub fn open_envelope(bytes: &[u8]) -> Result<Envelope<'_>, Error> {
+    let body = bytes
+        .strip_prefix(MAGIC.as_slice())
+        .ok_or_else(|| Error::new("missing the k8s\\0 prefix: not a Kubernetes protobuf object"))?;
+    let mut envelope = Envelope {
+        api_version: "",
+        kind: "",
+        raw: &[],
+    };
+    let mut r = wire::Reader::new(body);
+    while !r.is_empty() {
+        match r.field()? {
+            (1, wire::Value::Len(type_meta)) => {
+                envelope.api_version = str_field(type_meta, 1)?;
+                envelope.kind = str_field(type_meta, 2)?;
+            }
+            (2, wire::Value::Len(raw)) => envelope.raw = raw,
+            (3, wire::Value::Len(encoding)) if !encoding.is_empty() => {
+                return Err(Error::new("content encodings are not supported"));
+            }
+            _ => {}
+        }
+    }
+    Ok(envelope)
+}
+
+fn str_field(msg: &[u8], number: u32) -> Result<&str, Error> {
+    let bytes = wire::find_bytes(msg, number)?.unwrap_or_default();
+    std::str::from_utf8(bytes).map_err(|_| Error::new("a string field is not UTF-8"))
+}
+
+/// A list message (`PodList` etc.: `{metadata = 1, items = 2}`), split.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListParts<'a> {
+    pub resource_version: &'a str,
+    pub continue_token: &'a str,
+    /// Each item's message.
+    pub items: Vec<&'a [u8]>,
+}
+
+/// Splits a list's message (an envelope's `raw`) into its items.
+pub fn split_list(raw: &[u8]) -> Result<ListParts<'_>, Error> {
+    let mut list = ListParts::default();
+    let mut r = wire::Reader::new(raw);
+    while !r.is_empty() {
+        match r.field()? {
+            // ListMeta: {selfLink = 1, resourceVersion = 2, continue = 3, remainingItemCount = 4}
+            (1, wire::Value::Len(meta)) => {
+                list.resource_version = str_field(meta, 2)?;
+                list.continue_token = str_field(meta, 3)?;
+            }
+            (2, wire::Value::Len(item)) => list.items.push(item),
+            _ => {}
+        }
+    }
+    Ok(list)
+}
+
+/// A watch frame (`metav1.WatchEvent`), split: its type and the envelope
+/// bytes of its object.
+pub fn split_watch_event(frame: &[u8]) -> Result<(&str, &[u8]), Error> {
+    let kind = str_field(frame, 1)?;
+    let object = wire::find_bytes(frame, 2)?.unwrap_or_default();
+    let raw = wire::find_bytes(object, 1)?.unwrap_or_default();
+    Ok((kind, raw))
+}
+
+/// What the reflector needs to know about an object without decoding it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Identity<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
+    pub resource_version: &'a str,
+}
+
+/// Reads `metadata` (field 1 of every kind; ObjectMeta `{name = 1,
+/// namespace = 3, uid = 5, resourceVersion = 6}`) of an object's message.
+pub fn identity(raw: &[u8]) -> Result<Identity<'_>, Error> {
+    let meta = wire::find_bytes(raw, 1)?.unwrap_or_default();
+    let mut id = Identity::default();
+    let mut r = wire::Reader::new(meta);
+    while !r.is_empty() {
+        match r.field()? {
+            (1, wire::Value::Len(b)) => id.name = utf8(b)?,
+            (3, wire::Value::Len(b)) => id.namespace = utf8(b)?,
+            (5, wire::Value::Len(b)) => id.uid = utf8(b)?,
+            (6, wire::Value::Len(b)) => id.resource_version = utf8(b)?,
+            _ => {}
+        }
+    }
+    Ok(id)
+}
+
+fn utf8(bytes: &[u8]) -> Result<&str, Error> {
+    std::str::from_utf8(bytes).map_err(|_| Error::new("a string field is not UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+
+    use super::*;
+
+    /// Field `n` as a length-delimited protobuf field.
+    fn len_field(n: u8, bytes: &[u8]) -> Vec<u8> {
+        let mut out = vec![(n << 3) | 2, u8::try_from(bytes.len()).unwrap()];
+        out.extend_from_slice(bytes);
+        out
+    }
+
+    #[test]
+    fn built_in_kinds_have_tables_and_other_types_do_not() {
+        assert_eq!(
+            message_for::<Pod>().map(|m| m.name),
+            Some("io.k8s.api.core.v1.Pod")
+        );
+        assert!(message_for::<String>().is_none());
+    }
+
+    #[test]
+    fn a_config_map_decodes_with_json_semantics() {
+        // ObjectMeta{name = 1: "cm", generateName = 2: "" (a zero Go writes
+        // and JSON omits), creationTimestamp = 8: {seconds = 1: 1_700_000_000}}
+        let mut meta = len_field(1, b"cm");
+        meta.extend(len_field(2, b""));
+        meta.extend(len_field(8, &[0x08, 0x80, 0xe2, 0xcf, 0xaa, 0x06]));
+        let mut cm = len_field(1, &meta);
+        // data = 2: {"k": "v"} as one map entry
+        let mut entry = len_field(1, b"k");
+        entry.extend(len_field(2, b"v"));
+        cm.extend(len_field(2, &entry));
+        let decoded: ConfigMap = decode(message_for::<ConfigMap>().unwrap(), &cm).unwrap();
+        let expected: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "cm", "creationTimestamp": "2023-11-14T22:13:20Z"},
+            "data": {"k": "v"},
+        }))
+        .unwrap();
+        assert_eq!(decoded, expected);
+    }
+
+    #[test]
+    fn bad_bytes_are_errors_that_say_where() {
+        let cm = len_field(1, &len_field(1, &[0xff, 0xfe]));
+        let err = decode::<ConfigMap>(message_for::<ConfigMap>().unwrap(), &cm).unwrap_err();
+        assert!(err.to_string().contains("ConfigMap.metadata"), "{err}");
+        assert!(open_envelope(b"{\"kind\":\"Pod\"}").is_err());
+        assert!(decode::<ConfigMap>(message_for::<ConfigMap>().unwrap(), &[0x0a, 0x09]).is_err());
+    }
+}
