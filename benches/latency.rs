@@ -55,19 +55,6 @@ fn unix_ns() -> u128 {
 /// When each `(name, resourceVersion)` came off the watch.
 type Received = Arc<Mutex<HashMap<(String, String), Instant>>>;
 
-/// The identity of a watched object, read from its raw JSON.
-#[derive(serde::Deserialize)]
-struct Stamp {
-    metadata: StampMeta,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct StampMeta {
-    name: String,
-    resource_version: String,
-}
-
 /// Our API server [`ListWatch`], stamping each watch event's arrival.
 struct Stamping {
     inner: ApiListWatch,
@@ -91,9 +78,12 @@ impl ListWatch for Stamping {
                 .inspect(move |event| {
                     if let Ok(WatchEvent::Modified(v)) = event {
                         let at = Instant::now();
-                        if let Some(Ok(Stamp { metadata })) = v.json().map(serde_json::from_str) {
+                        // Read without decoding (JSON or protobuf alike).
+                        if let Some(id) = v.identity()
+                            && let (Some(name), Some(rv)) = (id.name, id.resource_version)
+                        {
                             let mut map = received.lock().unwrap_or_else(|p| p.into_inner());
-                            map.insert((metadata.name, metadata.resource_version), at);
+                            map.insert((name.into_owned(), rv.into_owned()), at);
                         }
                     }
                 })

@@ -1,17 +1,18 @@
-//! The reflector's source of lists and watches, as raw JSON.
+//! The reflector's source of lists and watches, objects still undecoded.
 //!
 //! Mirrors client-go `tools/cache/listwatch.go` (`ListerWatcher`). The
 //! reflector talks to this small trait instead of `kube::Api<K>`, for two
-//! reasons: items arrive as raw JSON so the reflector can decode them one by
+//! reasons: items arrive undecoded so the reflector can decode them one by
 //! one (one bad object must not poison a whole page or end a watch), and unit
 //! tests can drive the reflector's state machine from an in-memory script.
 //!
-//! "Raw" means [`RawObject`]: the object's JSON text, checked to be
-//! well-formed but not parsed into anything. The reflector then decodes each
-//! one exactly once, straight into its kind. (Going through
-//! `serde_json::Value` first, as this module once did, builds a tree of maps
-//! and strings for every object only to throw it away: the initial sync of
-//! 10,000 Pods spent most of its time there.)
+//! "Undecoded" means [`RawObject`]: the object's JSON text, checked to be
+//! well-formed but not parsed, or its protobuf message (built-in kinds with a
+//! table, see `protobuf_requests.rs`). The reflector then decodes each one
+//! exactly once, straight into its kind. (Going through `serde_json::Value`
+//! first, as this module once did, builds a tree of maps and strings for
+//! every object only to throw it away: the initial sync of 10,000 Pods spent
+//! most of its time there.)
 //!
 //! It must never decode into the typed kind nor retry: both are the
 //! reflector's job.
