@@ -184,8 +184,12 @@ fn hot_keys(n: usize, workers: usize) -> Measurement {
         for p in producers {
             p.await.expect("producer panicked");
         }
+        // Poll for the drain every 50 µs, like the Go peer. (This loop runs
+        // on the main thread, outside the runtime's two workers; spinning on
+        // `is_empty` here would add a third thread contending for the
+        // queue's lock on two cores.)
         while !q.is_empty() {
-            tokio::task::yield_now().await;
+            std::thread::sleep(std::time::Duration::from_micros(50));
         }
         q.shut_down_with_drain().await;
         for w in workers {

@@ -120,6 +120,14 @@ func main() {
 		fmt.Fprintf(w, "\nimpl ProtobufKind for %s {\n", r.rust)
 		fmt.Fprintf(w, "    const MESSAGE: &'static Message = &%s;\n}\n", messages[r.typ].static)
 	}
+	fmt.Fprintf(w, "\n/// The table of the root kind whose `TypeId` this is, if any (see\n")
+	fmt.Fprintf(w, "/// `protobuf::message_for`).\n")
+	fmt.Fprintf(w, "pub(super) fn message_for_type(id: std::any::TypeId) -> Option<&'static Message> {\n")
+	for _, r := range rs {
+		fmt.Fprintf(w, "    if id == std::any::TypeId::of::<%s>() {\n", r.rust)
+		fmt.Fprintf(w, "        return Some(&%s);\n    }\n", messages[r.typ].static)
+	}
+	fmt.Fprintf(w, "    None\n}\n")
 	for _, m := range all {
 		fmt.Fprintf(w, "\npub static %s: Message = Message {\n", m.static)
 		fmt.Fprintf(w, "    name: %q,\n", m.name)

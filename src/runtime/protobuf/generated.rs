@@ -43,6 +43,42 @@ impl ProtobufKind for k8s_openapi::apimachinery::pkg::apis::meta::v1::Status {
     const MESSAGE: &'static Message = &META_V1_STATUS;
 }
 
+/// The table of the root kind whose `TypeId` this is, if any (see
+/// `protobuf::message_for`).
+pub(super) fn message_for_type(id: std::any::TypeId) -> Option<&'static Message> {
+    if id == std::any::TypeId::of::<k8s_openapi::api::coordination::v1::Lease>() {
+        return Some(&COORDINATION_V1_LEASE);
+    }
+    if id == std::any::TypeId::of::<k8s_openapi::api::core::v1::ConfigMap>() {
+        return Some(&CORE_V1_CONFIG_MAP);
+    }
+    if id == std::any::TypeId::of::<k8s_openapi::api::core::v1::Endpoints>() {
+        return Some(&CORE_V1_ENDPOINTS);
+    }
+    if id == std::any::TypeId::of::<k8s_openapi::api::core::v1::Event>() {
+        return Some(&CORE_V1_EVENT);
+    }
+    if id == std::any::TypeId::of::<k8s_openapi::api::core::v1::Namespace>() {
+        return Some(&CORE_V1_NAMESPACE);
+    }
+    if id == std::any::TypeId::of::<k8s_openapi::api::core::v1::Node>() {
+        return Some(&CORE_V1_NODE);
+    }
+    if id == std::any::TypeId::of::<k8s_openapi::api::core::v1::Pod>() {
+        return Some(&CORE_V1_POD);
+    }
+    if id == std::any::TypeId::of::<k8s_openapi::api::core::v1::Secret>() {
+        return Some(&CORE_V1_SECRET);
+    }
+    if id == std::any::TypeId::of::<k8s_openapi::api::core::v1::Service>() {
+        return Some(&CORE_V1_SERVICE);
+    }
+    if id == std::any::TypeId::of::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Status>() {
+        return Some(&META_V1_STATUS);
+    }
+    None
+}
+
 pub static COORDINATION_V1_LEASE: Message = Message {
     name: "io.k8s.api.coordination.v1.Lease",
     fields: &[

@@ -61,23 +61,10 @@ impl serde::de::Error for Error {
     }
 }
 
-/// The table for `K`, if `K` is a built-in kind that has one.
+/// The table for `K`, if `K` is a built-in kind that has one (the roots
+/// listed in `hack/protobuf-schema`).
 pub fn message_for<K: 'static>() -> Option<&'static Message> {
-    use k8s_openapi::api::{coordination, core};
-    use std::any::TypeId;
-    fn of<T: ProtobufKind + 'static>(id: TypeId) -> Option<&'static Message> {
-        (id == TypeId::of::<T>()).then_some(T::MESSAGE)
-    }
-    let id = TypeId::of::<K>();
-    of::<core::v1::Pod>(id)
-        .or_else(|| of::<core::v1::Service>(id))
-        .or_else(|| of::<core::v1::ConfigMap>(id))
-        .or_else(|| of::<core::v1::Secret>(id))
-        .or_else(|| of::<core::v1::Namespace>(id))
-        .or_else(|| of::<core::v1::Node>(id))
-        .or_else(|| of::<core::v1::Event>(id))
-        .or_else(|| of::<core::v1::Endpoints>(id))
-        .or_else(|| of::<coordination::v1::Lease>(id))
+    generated::message_for_type(std::any::TypeId::of::<K>())
 }
 
 /// The table for `metav1.Status` (error answers and watch ERROR events).
@@ -257,5 +244,166 @@ mod tests {
         assert!(err.to_string().contains("ConfigMap.metadata"), "{err}");
         assert!(open_envelope(b"{\"kind\":\"Pod\"}").is_err());
         assert!(decode::<ConfigMap>(message_for::<ConfigMap>().unwrap(), &[0x0a, 0x09]).is_err());
+    }
+
+    /// A message built from fields named by their JSON names in `message`'s
+    /// table, so the test reads like the JSON it must match.
+    struct Builder {
+        message: &'static Message,
+        bytes: Vec<u8>,
+    }
+
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    impl Builder {
+        fn new(message: &'static Message) -> Self {
+            Self {
+                message,
+                bytes: Vec::new(),
+            }
+        }
+
+        fn field(&self, json: &str) -> &'static schema::Field {
+            self.message
+                .fields
+                .iter()
+                .find(|f| f.json == json)
+                .unwrap_or_else(|| panic!("{} has no field {json}", self.message.name))
+        }
+
+        /// The table of message field `json`.
+        fn inner(&self, json: &str) -> &'static Message {
+            match self.field(json).kind {
+                schema::Kind::Message(m) => m,
+                ref other => panic!("{json} is {other:?}"),
+            }
+        }
+
+        fn bytes(mut self, json: &str, value: &[u8]) -> Self {
+            let number = self.field(json).number;
+            varint(u64::from(number) << 3 | 2, &mut self.bytes);
+            varint(value.len() as u64, &mut self.bytes);
+            self.bytes.extend_from_slice(value);
+            self
+        }
+
+        fn int(mut self, json: &str, value: i64) -> Self {
+            let number = self.field(json).number;
+            varint(u64::from(number) << 3, &mut self.bytes);
+            varint(value as u64, &mut self.bytes);
+            self
+        }
+
+        fn message(self, json: &str, build: impl FnOnce(Builder) -> Builder) -> Self {
+            let inner = build(Builder::new(self.inner(json))).bytes;
+            self.bytes(json, &inner)
+        }
+    }
+
+    /// A map entry `{key = 1, value = 2}` with a `Quantity` value.
+    fn quantity_entry(key: &str, quantity: &str) -> Vec<u8> {
+        let mut entry = len_field(1, key.as_bytes());
+        entry.extend(len_field(2, &len_field(1, quantity.as_bytes())));
+        entry
+    }
+
+    #[test]
+    fn inline_fields_int_or_string_quantities_and_zeros_decode_like_json() {
+        let pod = Builder::new(message_for::<Pod>().unwrap())
+            .message("metadata", |m| {
+                m.bytes("name", b"p").bytes("generateName", b"")
+            })
+            .message("spec", |spec| {
+                spec.message("volumes", |v| {
+                    // `VolumeSource` is inline: its `emptyDir` is a key of the volume.
+                    v.bytes("name", b"scratch").message("", |src| {
+                        src.message("emptyDir", |e| e.bytes("sizeLimit", &len_field(1, b"1Gi")))
+                    })
+                })
+                .message("containers", |c| {
+                    c.bytes("name", b"c")
+                        .bytes("args", b"--a")
+                        .bytes("args", b"")
+                        .message("ports", |p| p.int("containerPort", 80).int("hostPort", 0))
+                        .message("livenessProbe", |probe| {
+                            probe.message("", |h| {
+                                h.message("tcpSocket", |t| {
+                                    // IntOrString {type = 1 (string), strVal = "http"}
+                                    let mut port = vec![0x08, 0x01];
+                                    port.extend(len_field(3, b"http"));
+                                    t.bytes("port", &port)
+                                })
+                            })
+                        })
+                        .message("resources", |r| {
+                            r.bytes("limits", &quantity_entry("cpu", "500m"))
+                        })
+                })
+                // A pointer (`*int64`): a zero is a value.
+                .int("activeDeadlineSeconds", 0)
+                // A plain bool with omitempty: Go writes false, JSON omits it.
+                .int("hostNetwork", 0)
+                // A negative int32, sign-extended on the wire.
+                .int("priority", -5)
+            })
+            .bytes;
+        let decoded: Pod = decode(message_for::<Pod>().unwrap(), &pod).unwrap();
+        let expected: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {
+                "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}],
+                "containers": [{
+                    "name": "c",
+                    "args": ["--a", ""],
+                    "ports": [{"containerPort": 80}],
+                    "livenessProbe": {"tcpSocket": {"port": "http"}},
+                    "resources": {"limits": {"cpu": "500m"}},
+                }],
+                "activeDeadlineSeconds": 0,
+                "priority": -5,
+            },
+        }))
+        .unwrap();
+        assert_eq!(decoded, expected);
+    }
+
+    #[test]
+    fn managed_fields_can_be_skipped_while_decoding() {
+        let cm = Builder::new(message_for::<ConfigMap>().unwrap())
+            .message("metadata", |m| {
+                m.bytes("name", b"cm").message("managedFields", |f| {
+                    f.bytes("manager", b"kubectl")
+                        .bytes("fieldsV1", &len_field(1, br#"{"f:data":{}}"#))
+                })
+            })
+            .bytes;
+        let table = message_for::<ConfigMap>().unwrap();
+        let full: ConfigMap = decode(table, &cm).unwrap();
+        let managed = full.metadata.managed_fields.as_deref().unwrap_or_default();
+        assert_eq!(managed.len(), 1);
+        assert_eq!(
+            managed[0].fields_v1.as_ref().map(|f| &f.0),
+            Some(&serde_json::json!({"f:data": {}}))
+        );
+        let stripped: ConfigMap = decode_without_managed_fields(table, &cm).unwrap();
+        assert_eq!(stripped.metadata.managed_fields, None);
+        assert_eq!(stripped.metadata.name.as_deref(), Some("cm"));
+    }
+
+    #[test]
+    fn unknown_fields_are_skipped_like_unknown_json_keys() {
+        // Field 15 of the ConfigMap does not exist (a newer server's field).
+        let mut cm = Builder::new(message_for::<ConfigMap>().unwrap())
+            .message("metadata", |m| m.bytes("name", b"cm"))
+            .bytes;
+        cm.extend(len_field(15, b"from the future"));
+        let decoded: ConfigMap = decode(message_for::<ConfigMap>().unwrap(), &cm).unwrap();
+        assert_eq!(decoded.metadata.name.as_deref(), Some("cm"));
     }
 }
