@@ -330,3 +330,36 @@ async fn protobuf_watch_events_decode_exactly_like_json() {
     .expect("drop the finalizer");
     support::delete_namespace(&client, &ns).await;
 }
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make e2e"]
+async fn a_server_answering_json_to_a_protobuf_request_is_read_as_json() {
+    use tfjob_operator::api::TFJob;
+    use tfjob_operator::runtime::protobuf::{ProtobufKind, schema::Message};
+    let _guard = support::shared_cluster().await;
+    let client = support::client().await;
+    let ns = support::test_namespace(&client, "proto-json").await;
+    // Custom resources exist only in JSON: asked for protobuf, the server
+    // answers JSON, and both the list and the watch must still read it.
+    let table: &'static Message = <Pod as ProtobufKind>::MESSAGE;
+    let lw = ApiListWatch::new::<TFJob>(client.clone(), Some(&ns)).with_protobuf_table(table);
+    let tfjob: TFJob = serde_json::from_value(json!({
+        "apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "j"},
+        "spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {"containers": [
+            {"name": "tensorflow", "image": "tensorflow/tensorflow:2.16.1"}]}}}}}
+    }))
+    .expect("a valid TFJob");
+    let api: Api<TFJob> = Api::namespaced(client.clone(), &ns);
+    api.create(&PostParams::default(), &tfjob)
+        .await
+        .expect("create a TFJob");
+    let list = lw.list(&ListParams::default()).await.expect("a list");
+    assert_eq!(list.items.len(), 1);
+    assert!(list.items[0].json().is_some(), "the list came as JSON");
+    let listed: TFJob = decode(&list.items[0]);
+    assert_eq!(listed.metadata.name.as_deref(), Some("j"));
+    let events: Vec<(String, TFJob)> = first_events(&lw, "0", 1).await;
+    assert_eq!(events[0].0, "ADDED");
+    assert_eq!(events[0].1.metadata.name.as_deref(), Some("j"));
+    support::delete_namespace(&client, &ns).await;
+}

@@ -31,10 +31,6 @@ use serde::de::DeserializeOwned;
 
 pub use schema::{Message, ProtobufKind};
 
-/// The media type the API server answers in protobuf.
-pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
-/// What a client asks a protobuf watch for.
-pub const WATCH_MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=watch";
 /// The first four bytes of every protobuf-encoded object.
 pub const MAGIC: &[u8; 4] = b"k8s\0";
 

@@ -85,6 +85,17 @@ impl ApiListWatch {
         }
     }
 
+    /// The same, asking for protobuf and decoding it with `message`: for a
+    /// kind without a generated table, with one built by hand (see
+    /// `runtime::protobuf::schema`). Where the server answers JSON instead
+    /// (custom resources, servers or proxies without protobuf), JSON is read.
+    pub fn with_protobuf_table(self, message: &'static Message) -> Self {
+        Self {
+            protobuf: Some(message),
+            ..self
+        }
+    }
+
     /// Whether lists and watches ask for protobuf.
     pub fn uses_protobuf(&self) -> bool {
         self.protobuf.is_some()
@@ -140,32 +151,37 @@ impl ListWatch for ApiListWatch {
             if let Some(message) = self.protobuf {
                 return protobuf_requests::watch(&self.client, req, message).await;
             }
-            // Each event is one line; see `kube::Client::request_events`,
-            // whose framing and end-of-stream rules this follows.
             let body = self.client.request_stream(req).await?;
-            let events = body.lines().filter_map(|line| async move {
-                match line {
-                    Ok(line) if line.is_empty() => None,
-                    Ok(line) => match parse_watch_line(&line) {
-                        // The last line of a cut connection, incomplete: the
-                        // stream ends and the reflector re-watches.
-                        Err(kube::Error::SerdeError(e)) if e.is_eof() => None,
-                        parsed => Some(parsed),
-                    },
-                    // A connection cut mid-stream (typical after minutes of
-                    // watching, or when the server restarts) ends the watch
-                    // like a close: the reflector re-watches from its last
-                    // resourceVersion.
-                    Err(e) if is_unexpected_eof(&e) => {
-                        tracing::debug!(error = %e, "watch connection ended mid-stream");
-                        None
-                    }
-                    Err(e) => Some(Err(kube::Error::ReadEvents(e))),
-                }
-            });
-            Ok(events.boxed())
+            Ok(json_events(body))
         })
     }
+}
+
+/// A JSON watch body as events. Each event is one line; see
+/// `kube::Client::request_events`, whose framing and end-of-stream rules
+/// this follows.
+pub(super) fn json_events(body: impl futures::io::AsyncBufRead + Send + 'static) -> RawWatchStream {
+    let events = body.lines().filter_map(|line| async move {
+        match line {
+            Ok(line) if line.is_empty() => None,
+            Ok(line) => match parse_watch_line(&line) {
+                // The last line of a cut connection, incomplete: the
+                // stream ends and the reflector re-watches.
+                Err(kube::Error::SerdeError(e)) if e.is_eof() => None,
+                parsed => Some(parsed),
+            },
+            // A connection cut mid-stream (typical after minutes of
+            // watching, or when the server restarts) ends the watch
+            // like a close: the reflector re-watches from its last
+            // resourceVersion.
+            Err(e) if is_unexpected_eof(&e) => {
+                tracing::debug!(error = %e, "watch connection ended mid-stream");
+                None
+            }
+            Err(e) => Some(Err(kube::Error::ReadEvents(e))),
+        }
+    });
+    events.boxed()
 }
 
 /// One watch line as the server writes it (`metav1.WatchEvent`).

@@ -13,9 +13,14 @@ use http::header::{ACCEPT, HeaderValue};
 use http_body_util::BodyExt;
 use kube::core::{Status, WatchEvent};
 
-use super::list_watch::{RawList, RawWatchStream, parse_list_body};
+use super::list_watch::{RawList, RawWatchStream, json_events, parse_list_body};
 use super::raw::RawObject;
 use crate::runtime::protobuf::{self, Message};
+
+/// What a LIST asks for: protobuf, else JSON.
+const LIST_ACCEPT: &str = "application/vnd.kubernetes.protobuf, application/json";
+/// What a WATCH asks for: a protobuf stream, else JSON lines.
+const WATCH_ACCEPT: &str = "application/vnd.kubernetes.protobuf;stream=watch, application/json";
 
 /// Sends `req` asking for protobuf (JSON accepted too: a server or proxy that
 /// cannot encode protobuf answers JSON), and fails with the server's
@@ -62,12 +67,7 @@ pub async fn list(
     req: http::Request<Vec<u8>>,
     message: &'static Message,
 ) -> Result<RawList, kube::Error> {
-    let res = send(
-        client,
-        req,
-        "application/vnd.kubernetes.protobuf, application/json",
-    )
-    .await?;
+    let res = send(client, req, LIST_ACCEPT).await?;
     let body: Bytes = res.into_body().collect_bytes().await?;
     if !body.starts_with(protobuf::MAGIC) {
         let text = std::str::from_utf8(&body).map_err(|e| {
@@ -97,12 +97,21 @@ pub async fn watch(
     req: http::Request<Vec<u8>>,
     message: &'static Message,
 ) -> Result<RawWatchStream, kube::Error> {
-    let res = send(client, req, protobuf::WATCH_MEDIA_TYPE).await?;
+    let res = send(client, req, WATCH_ACCEPT).await?;
+    let is_json = res
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
     let reader = res
         .into_body()
         .into_data_stream()
         .map_err(io::Error::other)
         .into_async_read();
+    if is_json {
+        // A server or proxy that cannot stream protobuf answers JSON lines.
+        return Ok(json_events(reader));
+    }
     let frames = stream::unfold(Box::pin(reader), |mut reader| async move {
         match read_frame(&mut reader).await {
             Ok(Some(frame)) => Some((Ok(frame), reader)),
