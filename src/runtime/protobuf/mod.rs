@@ -10,7 +10,7 @@
 //!
 //! There is no Rust protobuf type set that kube can use, and the typed structs
 //! are k8s-openapi's, made for JSON. So instead of generating a second set of
-//! types, [`de`] reads protobuf bytes through serde as if they were the
+//! types, `de.rs` reads protobuf bytes through serde as if they were the
 //! object's JSON, guided by tables ([`schema`], generated from the Go types
 //! into `generated.rs`) that know each field's number and JSON name. Only kinds
 //! with a table ([`ProtobufKind`]) can use it; every other kind, and every
