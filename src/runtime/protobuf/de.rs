@@ -12,13 +12,16 @@ use serde::forward_to_deserialize_any;
 
 use super::Error;
 use super::schema::{Field, Kind, Message};
-use super::wire::{Reader, Value};
+use super::wire::{Reader, Value, find_str, utf8};
 
 /// One message's bytes, read as `message`.
 pub struct MessageDeserializer<'de> {
     bytes: &'de [u8],
     message: &'static Message,
-    skip_managed_fields: bool,
+    /// A field of this message to leave out.
+    skip: Option<u32>,
+    /// A field of this message's `metadata` to leave out.
+    skip_in_metadata: Option<u32>,
 }
 
 /// `metadata` is field 1 of every top-level kind; `managedFields` is field 17
@@ -31,14 +34,15 @@ impl<'de> MessageDeserializer<'de> {
         Self {
             bytes,
             message,
-            skip_managed_fields: false,
+            skip: None,
+            skip_in_metadata: None,
         }
     }
 
     /// Reads the top-level object's `metadata` without `managedFields`.
     pub fn without_managed_fields(self) -> Self {
         Self {
-            skip_managed_fields: true,
+            skip_in_metadata: Some(MANAGED_FIELDS),
             ..self
         }
     }
@@ -49,7 +53,8 @@ impl<'de> de::Deserializer<'de> for MessageDeserializer<'de> {
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         let mut fields = Fields::new(self.bytes, self.message);
-        fields.skip_in_metadata = self.skip_managed_fields.then_some(MANAGED_FIELDS);
+        fields.skip = self.skip;
+        fields.skip_in_metadata = self.skip_in_metadata;
         visitor.visit_map(fields)
     }
 
@@ -195,10 +200,12 @@ impl<'de> MapAccess<'de> for Fields<'de> {
                 },
                 Value::Len(bytes),
             ) if self.skip_in_metadata.is_some() && self.outer.is_empty() => {
-                let mut fields = Fields::new(bytes, meta);
-                fields.skip = self.skip_in_metadata;
+                let metadata = MessageDeserializer {
+                    skip: self.skip_in_metadata,
+                    ..MessageDeserializer::new(bytes, meta)
+                };
                 return seed
-                    .deserialize(SkippingMessage { fields })
+                    .deserialize(metadata)
                     .map_err(|e| e.within(self.message.name, field.json));
             }
             Pending::One(field, value) => (field, ValueDeserializer::One(&field.kind, value)),
@@ -207,37 +214,6 @@ impl<'de> MapAccess<'de> for Fields<'de> {
         };
         seed.deserialize(de)
             .map_err(|e| e.within(self.message.name, field.json))
-    }
-}
-
-/// `metadata` with a field left out.
-struct SkippingMessage<'de> {
-    fields: Fields<'de>,
-}
-
-impl<'de> de::Deserializer<'de> for SkippingMessage<'de> {
-    type Error = Error;
-
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_map(self.fields)
-    }
-
-    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_some(self)
-    }
-
-    fn deserialize_newtype_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        visitor: V,
-    ) -> Result<V::Value, Error> {
-        visitor.visit_newtype_struct(self)
-    }
-
-    forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-        bytes byte_buf unit unit_struct seq tuple tuple_struct map struct enum
-        identifier ignored_any
     }
 }
 
@@ -314,10 +290,6 @@ impl<'de> de::Deserializer<'de> for ValueDeserializer<'de> {
     }
 }
 
-fn utf8(bytes: &[u8]) -> Result<&str, Error> {
-    std::str::from_utf8(bytes).map_err(|_| Error::new("a string field is not UTF-8"))
-}
-
 /// One scalar or message value, as JSON has it.
 fn one<'de, V: Visitor<'de>>(
     kind: &'static Kind,
@@ -338,7 +310,7 @@ fn one<'de, V: Visitor<'de>>(
         (Kind::Message(m), Value::Len(b)) => visitor.visit_map(Fields::new(b, m)),
         (Kind::Time, Value::Len(b)) => visitor.visit_string(timestamp(b, false)?),
         (Kind::MicroTime, Value::Len(b)) => visitor.visit_string(timestamp(b, true)?),
-        (Kind::Quantity, Value::Len(b)) => visitor.visit_borrowed_str(string_field(b, 1)?),
+        (Kind::Quantity, Value::Len(b)) => visitor.visit_borrowed_str(find_str(b, 1)?),
         (Kind::IntOrString, Value::Len(b)) => int_or_string(b, visitor),
         (Kind::FieldsV1 | Kind::RawExtension, Value::Len(b)) => {
             let raw = super::wire::find_bytes(b, 1)?.unwrap_or(b"null");
@@ -355,10 +327,6 @@ fn one<'de, V: Visitor<'de>>(
             "wire value {value:?} does not fit {kind:?}"
         ))),
     }
-}
-
-fn string_field(msg: &[u8], number: u32) -> Result<&str, Error> {
-    utf8(super::wire::find_bytes(msg, number)?.unwrap_or_default())
 }
 
 fn varint_field(msg: &[u8], number: u32) -> Result<u64, Error> {

@@ -105,8 +105,8 @@ pub fn open_envelope(bytes: &[u8]) -> Result<Envelope<'_>, Error> {
     while !r.is_empty() {
         match r.field()? {
             (1, wire::Value::Len(type_meta)) => {
-                envelope.api_version = str_field(type_meta, 1)?;
-                envelope.kind = str_field(type_meta, 2)?;
+                envelope.api_version = wire::find_str(type_meta, 1)?;
+                envelope.kind = wire::find_str(type_meta, 2)?;
             }
             (2, wire::Value::Len(raw)) => envelope.raw = raw,
             (3, wire::Value::Len(encoding)) if !encoding.is_empty() => {
@@ -116,11 +116,6 @@ pub fn open_envelope(bytes: &[u8]) -> Result<Envelope<'_>, Error> {
         }
     }
     Ok(envelope)
-}
-
-fn str_field(msg: &[u8], number: u32) -> Result<&str, Error> {
-    let bytes = wire::find_bytes(msg, number)?.unwrap_or_default();
-    std::str::from_utf8(bytes).map_err(|_| Error::new("a string field is not UTF-8"))
 }
 
 /// A list message (`PodList` etc.: `{metadata = 1, items = 2}`), split.
@@ -140,8 +135,8 @@ pub fn split_list(raw: &[u8]) -> Result<ListParts<'_>, Error> {
         match r.field()? {
             // ListMeta: {selfLink = 1, resourceVersion = 2, continue = 3, remainingItemCount = 4}
             (1, wire::Value::Len(meta)) => {
-                list.resource_version = str_field(meta, 2)?;
-                list.continue_token = str_field(meta, 3)?;
+                list.resource_version = wire::find_str(meta, 2)?;
+                list.continue_token = wire::find_str(meta, 3)?;
             }
             (2, wire::Value::Len(item)) => list.items.push(item),
             _ => {}
@@ -153,7 +148,7 @@ pub fn split_list(raw: &[u8]) -> Result<ListParts<'_>, Error> {
 /// A watch frame (`metav1.WatchEvent`), split: its type and the envelope
 /// bytes of its object.
 pub fn split_watch_event(frame: &[u8]) -> Result<(&str, &[u8]), Error> {
-    let kind = str_field(frame, 1)?;
+    let kind = wire::find_str(frame, 1)?;
     let object = wire::find_bytes(frame, 2)?.unwrap_or_default();
     let raw = wire::find_bytes(object, 1)?.unwrap_or_default();
     Ok((kind, raw))
@@ -176,18 +171,14 @@ pub fn identity(raw: &[u8]) -> Result<Identity<'_>, Error> {
     let mut r = wire::Reader::new(meta);
     while !r.is_empty() {
         match r.field()? {
-            (1, wire::Value::Len(b)) => id.name = utf8(b)?,
-            (3, wire::Value::Len(b)) => id.namespace = utf8(b)?,
-            (5, wire::Value::Len(b)) => id.uid = utf8(b)?,
-            (6, wire::Value::Len(b)) => id.resource_version = utf8(b)?,
+            (1, wire::Value::Len(b)) => id.name = wire::utf8(b)?,
+            (3, wire::Value::Len(b)) => id.namespace = wire::utf8(b)?,
+            (5, wire::Value::Len(b)) => id.uid = wire::utf8(b)?,
+            (6, wire::Value::Len(b)) => id.resource_version = wire::utf8(b)?,
             _ => {}
         }
     }
     Ok(id)
-}
-
-fn utf8(bytes: &[u8]) -> Result<&str, Error> {
-    std::str::from_utf8(bytes).map_err(|_| Error::new("a string field is not UTF-8"))
 }
 
 #[cfg(test)]

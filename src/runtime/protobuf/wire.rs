@@ -112,6 +112,17 @@ pub fn find_bytes(msg: &[u8], number: u32) -> Result<Option<&[u8]>, Error> {
     Ok(None)
 }
 
+/// A string field's bytes as text.
+pub fn utf8(bytes: &[u8]) -> Result<&str, Error> {
+    std::str::from_utf8(bytes).map_err(|_| Error::new("a string field is not UTF-8"))
+}
+
+/// The first string field numbered `number` in `msg` ("" if absent, as Go
+/// reads a missing string).
+pub fn find_str(msg: &[u8], number: u32) -> Result<&str, Error> {
+    utf8(find_bytes(msg, number)?.unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
