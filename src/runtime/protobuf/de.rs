@@ -157,7 +157,7 @@ impl<'de> MapAccess<'de> for Fields<'de> {
             let Some(field) = lookup(self.message, number) else {
                 continue;
             };
-            if self.skip == Some(number) {
+            if self.skip == Some(number) && self.outer.is_empty() {
                 continue;
             }
             if field.inline {
