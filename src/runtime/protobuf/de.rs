@@ -102,7 +102,8 @@ enum Pending<'de> {
     None,
     One(&'static Field, Value<'de>),
     /// A repeated field or a map: all its consecutive occurrences, keys and all.
-    Run(&'static Field, &'de [u8]),
+    /// The count is how many fields the run holds.
+    Run(&'static Field, &'de [u8], usize),
 }
 
 /// A message's fields as a map of JSON names to values. Inline fields (Go
@@ -174,10 +175,12 @@ impl<'de> MapAccess<'de> for Fields<'de> {
             }
             if field.repeated || matches!(field.kind, Kind::Map(_)) {
                 // Go writes a repeated field's elements one after another.
+                let mut count = 1;
                 while self.reader.peek_number() == Some(number) {
                     self.reader.field()?;
+                    count += 1;
                 }
-                self.pending = Pending::Run(field, self.reader.since(start));
+                self.pending = Pending::Run(field, self.reader.since(start), count);
             } else {
                 if field.omit_zero && is_zero(&value) {
                     continue;
@@ -209,7 +212,7 @@ impl<'de> MapAccess<'de> for Fields<'de> {
                     .map_err(|e| e.within(self.message.name, field.json));
             }
             Pending::One(field, value) => (field, ValueDeserializer::One(&field.kind, value)),
-            Pending::Run(field, run) => (field, ValueDeserializer::Run(field, run)),
+            Pending::Run(field, run, count) => (field, ValueDeserializer::Run(field, run, count)),
             Pending::None => return Err(Error::new("a value was asked for before its key")),
         };
         seed.deserialize(de)
@@ -220,7 +223,7 @@ impl<'de> MapAccess<'de> for Fields<'de> {
 /// One field's value.
 enum ValueDeserializer<'de> {
     One(&'static Kind, Value<'de>),
-    Run(&'static Field, &'de [u8]),
+    Run(&'static Field, &'de [u8], usize),
 }
 
 impl<'de> de::Deserializer<'de> for ValueDeserializer<'de> {
@@ -228,7 +231,7 @@ impl<'de> de::Deserializer<'de> for ValueDeserializer<'de> {
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         match self {
-            ValueDeserializer::Run(field, run) => match &field.kind {
+            ValueDeserializer::Run(field, run, count) => match &field.kind {
                 Kind::Map(value_kind) => visitor.visit_map(Entries {
                     reader: Reader::new(run),
                     value_kind,
@@ -238,7 +241,7 @@ impl<'de> de::Deserializer<'de> for ValueDeserializer<'de> {
                     reader: Reader::new(run),
                     kind,
                     packed: None,
-                    remaining: count_run(run),
+                    remaining: count,
                 }),
             },
             ValueDeserializer::One(kind, value) => one(kind, value, visitor),
@@ -474,16 +477,6 @@ struct Elements<'de> {
     /// size hint that lets a `Vec` allocate its exact length up front, so
     /// decoded objects need no compacting copy (see the reflector).
     remaining: usize,
-}
-
-/// How many fields a run holds (keys and lengths only are read).
-fn count_run(run: &[u8]) -> usize {
-    let mut r = Reader::new(run);
-    let mut n = 0;
-    while !r.is_empty() && r.field().is_ok() {
-        n += 1;
-    }
-    n
 }
 
 impl<'de> SeqAccess<'de> for Elements<'de> {
