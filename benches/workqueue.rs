@@ -22,6 +22,8 @@
 //! Both sides use the queue a controller uses (rate-limiting queue, default
 //! controller limiter, no metrics) and report the median of `BENCH_REPS`
 //! runs (default 7, by ops per CPU-second).
+//! `BENCH_THREADS=n` runs the hot-key workload on n runtime threads instead
+//! of one per core (a diagnostic: with 1, no cache line moves between cores).
 //! Set `GO_WORKQUEUE_BIN` to the built Go peer to get ratios (`benches/run.sh`
 //! does this); results go to `target/bench/workqueue.json`.
 use std::process::Command;
@@ -137,10 +139,13 @@ fn hot_keys(n: usize, workers: usize) -> Measurement {
         })
         .collect();
     let seq = Arc::new(seq);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_time()
-        .build()
-        .expect("runtime");
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    // BENCH_THREADS=1 puts every task on one core: the queue's cost with no
+    // cache line ever moving between cores (a diagnostic, not the workload).
+    if let Some(threads) = std::env::var("BENCH_THREADS").ok().and_then(|v| v.parse().ok()) {
+        rt.worker_threads(threads);
+    }
+    let rt = rt.enable_time().build().expect("runtime");
     rt.block_on(async {
         let q: RateLimitingQueue<ObjectKey> = RateLimitingQueue::with_default_limiter();
         let gets = Arc::new(AtomicU64::new(0));
