@@ -142,7 +142,10 @@ fn hot_keys(n: usize, workers: usize) -> Measurement {
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     // BENCH_THREADS=1 puts every task on one core: the queue's cost with no
     // cache line ever moving between cores (a diagnostic, not the workload).
-    if let Some(threads) = std::env::var("BENCH_THREADS").ok().and_then(|v| v.parse().ok()) {
+    if let Some(threads) = std::env::var("BENCH_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         rt.worker_threads(threads);
     }
     let rt = rt.enable_time().build().expect("runtime");
