@@ -297,17 +297,21 @@ impl<T: Clone + Eq + Hash + Send + 'static> Queue<T> {
             _ => None,
         };
         let requeue = slot.dirty;
+        // A freed key is dropped after unlocking: its reference count is
+        // another cache line, and the lock is held by nobody meanwhile.
+        let mut freed = None;
         if requeue {
             st.queue.push_back(i);
         } else {
             entry.remove();
-            slots[i] = None;
+            freed = slots[i].take();
             st.free.push(i);
         }
         st.processing -= 1;
         let drained = st.draining && st.processing == 0;
         let wake = if requeue { st.wake_one() } else { None };
         drop(guard);
+        drop(freed);
         if let (Some(m), Some(d)) = (&self.shared.metrics, worked_for) {
             m.done(d);
         }
