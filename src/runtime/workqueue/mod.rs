@@ -17,7 +17,7 @@ pub mod rate_limiting;
 
 pub use delaying::DelayingQueue;
 pub use metrics::WorkqueueMetrics;
-pub use queue::Queue;
+pub use queue::{Get, Queue};
 pub use rate_limiter::{
     Bucket, ItemExponentialFailure, MaxOf, RateLimiter, default_controller_rate_limiter,
 };

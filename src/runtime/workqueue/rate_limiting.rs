@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use super::delaying::DelayingQueue;
 use super::metrics::{QueueMetrics, WorkqueueMetrics};
+use super::queue::Get;
 use super::rate_limiter::{RateLimiter, default_controller_rate_limiter};
 use crate::runtime::metrics::SharedRegistry;
 
@@ -91,8 +92,8 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> RateLimitingQueue<T> {
     }
 
     /// Waits for the next key; `None` once shut down. Call [`done`](Self::done) after.
-    pub async fn get(&self) -> Option<T> {
-        self.delaying.queue().get().await
+    pub fn get(&self) -> Get<'_, T> {
+        self.delaying.queue().get()
     }
 
     /// Marks `item` finished; a copy added meanwhile is handed out now.
