@@ -20,8 +20,11 @@
 //! time spent waiting for a core is not the queue's cost.
 //!
 //! Both sides use the queue a controller uses (rate-limiting queue, default
-//! controller limiter, no metrics) and report the median of `BENCH_REPS`
-//! runs (default 7, by ops per CPU-second).
+//! controller limiter, no metrics). Each workload runs `BENCH_REPS` times
+//! (default 7) per side, ours and client-go's taking turns, and each side
+//! reports its median ops/s and its median ops per CPU-second. The hot-key
+//! rows also report how long the producers' adds took (sampled), since a
+//! lock that makes a queue fast can make its callers wait.
 //! `BENCH_THREADS=n` runs the hot-key workload on n runtime threads instead
 //! of one per core (a diagnostic: with 1, no cache line moves between cores).
 //! Set `GO_WORKQUEUE_BIN` to the built Go peer to get ratios (`benches/run.sh`
@@ -44,7 +47,38 @@ struct Measurement {
     cpu_seconds: f64,
     ops_per_s: f64,
     ops_per_cpu_s: f64,
+    /// Hot keys only: how long the producers' adds took (sampled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    add_latency_us: Option<Latency>,
 }
+
+/// Percentiles of the producers' sampled add calls, in microseconds: what a
+/// contended lock costs the caller (an informer's event handler, in a
+/// controller), not just the throughput.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Latency {
+    p50: f64,
+    p99: f64,
+    p999: f64,
+    max: f64,
+}
+
+impl Latency {
+    fn of(mut ns: Vec<u64>) -> Option<Self> {
+        ns.sort_unstable();
+        let at = |q: f64| ns[((ns.len() - 1) as f64 * q).round() as usize] as f64 / 1e3;
+        (!ns.is_empty()).then(|| Latency {
+            p50: at(0.5),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: at(1.0),
+        })
+    }
+}
+
+/// One add in this many is timed (both sides): often enough for a p99.9,
+/// rarely enough that reading the clock costs the run nothing measurable.
+const SAMPLE_EVERY: usize = 64;
 
 /// Wall time and process CPU time (every live thread), like Go's getrusage.
 #[derive(Clone, Copy)]
@@ -180,17 +214,26 @@ fn hot_keys(n: usize, workers: usize) -> Measurement {
                 let seq = Arc::clone(&seq);
                 tokio::spawn(async move {
                     let part = &seq[p * n / PRODUCERS..(p + 1) * n / PRODUCERS];
-                    for chunk in part.chunks(1024) {
-                        for k in chunk {
+                    let mut sampled = Vec::with_capacity(part.len() / SAMPLE_EVERY + 1);
+                    for (i, k) in part.iter().enumerate() {
+                        if i % SAMPLE_EVERY == 0 {
+                            let t = Instant::now();
+                            q.add_ref(k);
+                            sampled.push(t.elapsed().as_nanos() as u64);
+                        } else {
                             q.add_ref(k);
                         }
-                        tokio::task::yield_now().await;
+                        if i % 1024 == 1023 {
+                            tokio::task::yield_now().await;
+                        }
                     }
+                    sampled
                 })
             })
             .collect();
+        let mut sampled = Vec::new();
         for p in producers {
-            p.await.expect("producer panicked");
+            sampled.extend(p.await.expect("producer panicked"));
         }
         // Poll for the drain every 50 µs, like the Go peer. (This loop runs
         // on the main thread, outside the runtime's two workers; spinning on
@@ -204,7 +247,9 @@ fn hot_keys(n: usize, workers: usize) -> Measurement {
             w.await.expect("worker panicked");
         }
         let gets = gets.load(Ordering::Relaxed);
-        measurement("8_workers_hot_keys", n as u64 + 2 * gets, gets, start)
+        let mut m = measurement("8_workers_hot_keys", n as u64 + 2 * gets, gets, start);
+        m.add_latency_us = Latency::of(sampled);
+        m
     })
 }
 
@@ -220,22 +265,60 @@ fn measurement(workload: &str, ops: u64, gets: u64, start: Clock) -> Measurement
         cpu_seconds,
         ops_per_s: ops as f64 / seconds,
         ops_per_cpu_s: ops as f64 / cpu_seconds,
+        add_latency_us: None,
     }
 }
 
-/// The median run by ops per CPU-second. Not the best: under contention
-/// runs are bimodal (now and then the scheduler happens to keep every adder
-/// on one core, and a run is 4x faster), and the best of a few runs would
-/// report that lucky mode.
-fn median(reps: usize, f: impl Fn() -> Measurement) -> Measurement {
-    let mut runs: Vec<Measurement> = (0..reps.max(1)).map(|_| f()).collect();
-    runs.sort_by(|a, b| a.ops_per_cpu_s.total_cmp(&b.ops_per_cpu_s));
-    runs.swap_remove(runs.len() / 2)
+/// One side's runs of one workload, and their medians. Not the best run:
+/// under contention runs are bimodal (now and then the scheduler happens to
+/// keep every adder on one core, and a run is 4x faster), and the best of a
+/// few would report that lucky mode. Wall time and CPU time get a median
+/// each: the run with the median CPU time need not be the median on the
+/// clock.
+#[derive(Clone, Debug, Serialize)]
+struct Summary {
+    ops_per_s: f64,
+    ops_per_cpu_s: f64,
+    /// Each percentile's median over the runs; `max` is the worst of all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    add_latency_us: Option<Latency>,
+    runs: Vec<Measurement>,
 }
 
-fn run_go(bin: &str, n: usize, reps: usize) -> Vec<Measurement> {
+/// The middle value (the upper one of two, for an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+impl Summary {
+    fn of(runs: Vec<Measurement>) -> Self {
+        let lat: Vec<&Latency> = runs
+            .iter()
+            .filter_map(|m| m.add_latency_us.as_ref())
+            .collect();
+        let add_latency_us = (!lat.is_empty()).then(|| {
+            let each = |f: fn(&Latency) -> f64| median(lat.iter().map(|l| f(l)).collect());
+            Latency {
+                p50: each(|l| l.p50),
+                p99: each(|l| l.p99),
+                p999: each(|l| l.p999),
+                max: lat.iter().map(|l| l.max).fold(0.0, f64::max),
+            }
+        });
+        Summary {
+            ops_per_s: median(runs.iter().map(|m| m.ops_per_s).collect()),
+            ops_per_cpu_s: median(runs.iter().map(|m| m.ops_per_cpu_s).collect()),
+            add_latency_us,
+            runs,
+        }
+    }
+}
+
+/// One run of one workload by the Go peer.
+fn run_go(bin: &str, n: usize, workload: &str) -> Measurement {
     let out = Command::new(bin)
-        .args(["-n", &n.to_string(), "-reps", &reps.to_string()])
+        .args(["-n", &n.to_string(), "-workload", workload])
         .output()
         .expect("failed to run the Go peer");
     assert!(
@@ -243,10 +326,32 @@ fn run_go(bin: &str, n: usize, reps: usize) -> Vec<Measurement> {
         "Go peer failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("Go peer printed bad JSON"))
-        .collect()
+    serde_json::from_slice(&out.stdout).expect("Go peer printed bad JSON")
+}
+
+/// The hot-key producers' add latency, ours beside client-go's, from the
+/// same interleaved runs as the throughput table.
+fn print_add_latency(workload: &str, ours: &Summary, go: Option<&Summary>) {
+    let Some(l) = &ours.add_latency_us else {
+        return;
+    };
+    println!(
+        "{workload}: producers' add latency, µs (1 add in {SAMPLE_EVERY} timed; \
+         median over the runs, max the worst)"
+    );
+    println!(
+        "  {:<10} {:>8} {:>8} {:>8} {:>8}",
+        "", "p50", "p99", "p99.9", "max"
+    );
+    let peer = go.and_then(|g| g.add_latency_us.as_ref());
+    for (who, l) in [("ours", Some(l)), ("client-go", peer)] {
+        if let Some(l) = l {
+            println!(
+                "  {who:<10} {:>8.2} {:>8.2} {:>8.1} {:>8.1}",
+                l.p50, l.p99, l.p999, l.max
+            );
+        }
+    }
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -282,16 +387,11 @@ fn main() {
         ),
         ("8_workers_hot_keys", Box::new(move || hot_keys(n, 8))),
     ];
-    let ours: Vec<Measurement> = workloads
-        .iter()
-        .filter(|(name, _)| name.contains(&only))
-        .map(|(_, f)| median(reps, f))
-        .collect();
-    let go = std::env::var("GO_WORKQUEUE_BIN")
-        .ok()
-        .map(|bin| run_go(&bin, n, reps));
+    let go_bin = std::env::var("GO_WORKQUEUE_BIN").ok();
 
-    println!("workqueue benchmark: N = {n}, median of {reps} runs (by ops per CPU-second)");
+    println!(
+        "workqueue benchmark: N = {n}, median of {reps} runs, ours and client-go's interleaved"
+    );
     println!(
         "{:<36} {:>12} {:>12} {:>7} {:>12} {:>12} {:>7}",
         "workload", "ours ops/s", "client-go", "ratio", "ours ops/cpu", "client-go", "ratio"
@@ -299,31 +399,44 @@ fn main() {
     let fmt_opt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.0}"));
     let fmt_ratio = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}x"));
     let mut rows = Vec::new();
-    for m in &ours {
-        let peer = go.as_ref().and_then(|g| {
-            // `name/variant` rows compare with the Go row `name`.
-            let base = m.workload.split('/').next().unwrap_or_default();
-            g.iter().find(|p| p.workload == base)
-        });
-        let ratio = peer.map(|p| m.ops_per_s / p.ops_per_s);
-        let cpu_ratio = peer.map(|p| m.ops_per_cpu_s / p.ops_per_cpu_s);
+    let mut latencies = Vec::new();
+    for (workload, f) in workloads.iter().filter(|(name, _)| name.contains(&only)) {
+        // `name/variant` rows compare with the Go workload `name`.
+        let base = workload.split('/').next().unwrap_or(workload);
+        // One run each in turn: a noisy spell on a shared machine then
+        // falls on both sides alike, instead of on whichever ran during it.
+        let (mut ours, mut peer) = (Vec::new(), Vec::new());
+        for _ in 0..reps.max(1) {
+            ours.push(f());
+            if let Some(bin) = &go_bin {
+                peer.push(run_go(bin, n, base));
+            }
+        }
+        let ours = Summary::of(ours);
+        let peer = (!peer.is_empty()).then(|| Summary::of(peer));
+        let ratio = peer.as_ref().map(|p| ours.ops_per_s / p.ops_per_s);
+        let cpu_ratio = peer.as_ref().map(|p| ours.ops_per_cpu_s / p.ops_per_cpu_s);
         println!(
             "{:<36} {:>12.0} {:>12} {:>7} {:>12.0} {:>12} {:>7}",
-            m.workload,
-            m.ops_per_s,
-            fmt_opt(peer.map(|p| p.ops_per_s)),
+            workload,
+            ours.ops_per_s,
+            fmt_opt(peer.as_ref().map(|p| p.ops_per_s)),
             fmt_ratio(ratio),
-            m.ops_per_cpu_s,
-            fmt_opt(peer.map(|p| p.ops_per_cpu_s)),
+            ours.ops_per_cpu_s,
+            fmt_opt(peer.as_ref().map(|p| p.ops_per_cpu_s)),
             fmt_ratio(cpu_ratio),
         );
         rows.push(serde_json::json!({
-            "workload": m.workload,
-            "ours": m,
+            "workload": workload,
+            "ours": ours,
             "client_go": peer,
             "ratio_wall": ratio,
             "ratio_cpu": cpu_ratio,
         }));
+        latencies.push((*workload, ours, peer));
+    }
+    for (workload, ours, peer) in &latencies {
+        print_add_latency(workload, ours, peer.as_ref());
     }
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&dir).expect("failed to create target/bench");

@@ -2,15 +2,17 @@
 // the same workloads against k8s.io/client-go/util/workqueue and prints one
 // JSON object per workload, so the Rust bench can compute ratios in the same run.
 //
-// Each workload reports wall-clock ops/s and ops per CPU-second (process CPU
+// Each run reports wall-clock ops/s and ops per CPU-second (process CPU
 // time from getrusage): on a shared, loaded machine the second is the fairer
-// measure, since waiting for a core is not the queue's cost.
+// measure, since waiting for a core is not the queue's cost. Usage:
+// go-workqueue -n 1000000 -workload 8_workers_hot_keys (one run, one line).
 package main
 
 import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"math/rand"
 	"os"
 	"sort"
@@ -30,6 +32,30 @@ type result struct {
 	CPUSeconds float64 `json:"cpu_seconds"`
 	OpsPerS    float64 `json:"ops_per_s"`
 	OpsPerCPUS float64 `json:"ops_per_cpu_s"`
+	// Hot keys only: how long the producers' adds took (sampled).
+	AddLatencyUs *latency `json:"add_latency_us,omitempty"`
+}
+
+// latency: percentiles of the producers' sampled Add calls, in microseconds.
+type latency struct {
+	P50  float64 `json:"p50"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p999"`
+	Max  float64 `json:"max"`
+}
+
+// sampleEvery: one Add in this many is timed (the Rust bench does the same).
+const sampleEvery = 64
+
+func latencyOf(ns []int64) *latency {
+	if len(ns) == 0 {
+		return nil
+	}
+	sort.Slice(ns, func(i, j int) bool { return ns[i] < ns[j] })
+	at := func(q float64) float64 {
+		return float64(ns[int(math.Round(float64(len(ns)-1)*q))]) / 1e3
+	}
+	return &latency{at(0.5), at(0.99), at(0.999), at(1)}
 }
 
 // clock is wall time and process CPU time (all threads), in seconds.
@@ -45,7 +71,7 @@ func now() clock {
 func measure(workload string, ops, gets int64, start clock) result {
 	end := now()
 	wall, cpu := end.wall-start.wall, end.cpu-start.cpu
-	return result{workload, ops, gets, wall, cpu, float64(ops) / wall, float64(ops) / cpu}
+	return result{workload, ops, gets, wall, cpu, float64(ops) / wall, float64(ops) / cpu, nil}
 }
 
 // newQueue is what controllers use: the rate-limiting queue with the default
@@ -125,14 +151,23 @@ func hotKeys(n, workers int) result {
 	}
 	var pw sync.WaitGroup
 	const producers = 2
+	sampled := make([][]int64, producers)
 	for p := 0; p < producers; p++ {
 		pw.Add(1)
-		go func(part []string) {
+		go func(p int, part []string) {
 			defer pw.Done()
-			for _, k := range part {
-				q.Add(k)
+			mine := make([]int64, 0, len(part)/sampleEvery+1)
+			for i, k := range part {
+				if i%sampleEvery == 0 {
+					t := time.Now()
+					q.Add(k)
+					mine = append(mine, int64(time.Since(t)))
+				} else {
+					q.Add(k)
+				}
 			}
-		}(seq[p*n/producers : (p+1)*n/producers])
+			sampled[p] = mine
+		}(p, seq[p*n/producers:(p+1)*n/producers])
 	}
 	pw.Wait()
 	for q.Len() > 0 {
@@ -141,33 +176,39 @@ func hotKeys(n, workers int) result {
 	q.ShutDownWithDrain()
 	wg.Wait()
 	g := gets.Load()
-	return measure("8_workers_hot_keys", int64(n)+2*g, g, start)
+	res := measure("8_workers_hot_keys", int64(n)+2*g, g, start)
+	res.AddLatencyUs = latencyOf(append(sampled[0], sampled[1]...))
+	return res
 }
 
 func main() {
 	n := flag.Int("n", 1_000_000, "items per workload")
-	reps := flag.Int("reps", 7, "repetitions; the median (by ops per CPU-second) is reported")
+	workload := flag.String("workload", "", "run only this workload (once); empty: each workload once")
 	flag.Parse()
-	// The median, not the best: under contention runs are bimodal (now and
-	// then the scheduler happens to keep all the adders on one core), and the
-	// best of a few runs would report the lucky mode.
-	median := func(f func() result) result {
-		runs := make([]result, 0, *reps)
-		for i := 0; i < max(*reps, 1); i++ {
-			runs = append(runs, f())
-		}
-		sort.Slice(runs, func(i, j int) bool { return runs[i].OpsPerCPUS < runs[j].OpsPerCPUS })
-		return runs[len(runs)/2]
+	// One run per call: the Rust bench calls this once per repetition, taking
+	// turns with its own runs, and takes the medians of both sides itself.
+	workloads := []struct {
+		name string
+		run  func() result
+	}{
+		{"single_thread_add_get_done", func() result { return singleThread("single_thread_add_get_done", *n, 1000) }},
+		{"single_thread_1m_deep", func() result { return singleThread("single_thread_1m_deep", *n, *n) }},
+		{"8_workers_hot_keys", func() result { return hotKeys(*n, 8) }},
 	}
 	enc := json.NewEncoder(os.Stdout)
-	for _, res := range []result{
-		median(func() result { return singleThread("single_thread_add_get_done", *n, 1000) }),
-		median(func() result { return singleThread("single_thread_1m_deep", *n, *n) }),
-		median(func() result { return hotKeys(*n, 8) }),
-	} {
-		if err := enc.Encode(res); err != nil {
+	ran := false
+	for _, w := range workloads {
+		if *workload != "" && w.name != *workload {
+			continue
+		}
+		ran = true
+		if err := enc.Encode(w.run()); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+	}
+	if !ran {
+		fmt.Fprintf(os.Stderr, "unknown workload %q\n", *workload)
+		os.Exit(2)
 	}
 }
