@@ -695,6 +695,32 @@ mod tests {
             .unwrap();
     }
 
+    /// Several tasks wait for the same sync (the manager's readiness, each
+    /// controller): every one is woken. kube-runtime 5's store readiness
+    /// keeps one waker, so one of two concurrent waiters waits until
+    /// something else polls it (see docs/benchmarks.md, latency).
+    #[tokio::test(start_paused = true)]
+    async fn wait_for_sync_wakes_every_concurrent_waiter() {
+        let (f, _) = fifo();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let f = f.clone();
+                tokio::spawn(async move { f.wait_for_sync().await })
+            })
+            .collect();
+        // Let every waiter register before the sync happens.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(waiters.iter().all(|w| !w.is_finished()));
+        f.replace(vec![cm("a", "1")]);
+        f.pop().await;
+        for w in waiters {
+            tokio::time::timeout(Duration::from_secs(1), w)
+                .await
+                .expect("every waiter is woken by the sync")
+                .unwrap();
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_closed_fifo_drains_then_returns_none() {
         let (f, _) = fifo();
