@@ -6,6 +6,12 @@
 //! returns the same informer, so the process opens one watch per kind however
 //! many controllers read it. `start` runs every informer created so far.
 //!
+//! A kind can have a transform (client-go `SharedInformerFactory`'s
+//! `WithTransform`, controller-runtime's `cache.Options.ByObject[..].Transform`):
+//! applied to every object of that kind before it is cached, to drop what no
+//! controller of the process reads. It is set once per kind, before the first
+//! informer of that kind, since every controller sharing the factory sees it.
+//!
 //! It must never start an informer implicitly on a read (controller-runtime's
 //! lazy informers caused surprise cluster-wide watches), and never create two
 //! informers for one (kind, config).
@@ -24,7 +30,19 @@ use self::metrics::{InformerCollector, InformerLabels, Snapshot};
 use super::Object;
 use super::informer::{InformerConfig, SharedInformer};
 use super::metrics::SharedRegistry;
-use super::reflector::{ApiListWatch, ReflectorConfig};
+use super::reflector::{ApiListWatch, ReflectorConfig, Transform};
+
+/// Why the factory refused a request.
+#[derive(Debug, thiserror::Error)]
+pub enum FactoryError {
+    #[error(
+        "failed to set a transform for {kind}: an informer for {kind} exists already \
+         (set transforms before creating informers, or its objects would be cached both ways)"
+    )]
+    TransformAfterInformer { kind: String },
+    #[error("failed to set a transform for {kind}: one is set already (compose them into one)")]
+    TransformSetTwice { kind: String },
+}
 
 /// What one informer watches: the scope and filters of its list/watch.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -95,6 +113,8 @@ struct Entry {
 pub struct InformerFactory {
     client: kube::Client,
     entries: Arc<Mutex<HashMap<(TypeId, WatchConfig), Entry>>>,
+    /// Kind → its `Transform<K>`, boxed as `Any`.
+    transforms: Arc<Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>>,
     metrics_registered: Arc<AtomicBool>,
 }
 
@@ -103,8 +123,41 @@ impl InformerFactory {
         Self {
             client,
             entries: Arc::new(Mutex::new(HashMap::new())),
+            transforms: Arc::new(Mutex::new(HashMap::new())),
             metrics_registered: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Has every informer of kind `K` apply `transform` to each object
+    /// before caching it (after `managedFields` are dropped). For what no
+    /// controller sharing this factory reads: the TFJob controller drops
+    /// the `spec` of the Pods and Services it owns, since it reads only
+    /// their metadata and status.
+    ///
+    /// Refused once an informer of `K` exists (its objects are cached
+    /// already), and when `K` has a transform already.
+    pub fn set_transform<K: Object>(&self, transform: Transform<K>) -> Result<(), FactoryError> {
+        let kind = || K::kind(&()).into_owned();
+        // Lock order: entries, then transforms (as `informer` does).
+        let entries = self.lock();
+        if entries.keys().any(|(id, _)| *id == TypeId::of::<K>()) {
+            return Err(FactoryError::TransformAfterInformer { kind: kind() });
+        }
+        let mut transforms = self.transforms.lock().unwrap_or_else(|p| p.into_inner());
+        if transforms.contains_key(&TypeId::of::<K>()) {
+            return Err(FactoryError::TransformSetTwice { kind: kind() });
+        }
+        transforms.insert(TypeId::of::<K>(), Box::new(transform));
+        Ok(())
+    }
+
+    /// The transform set for `K`, if any.
+    fn transform<K: Object>(&self) -> Option<Transform<K>> {
+        let transforms = self.transforms.lock().unwrap_or_else(|p| p.into_inner());
+        transforms
+            .get(&TypeId::of::<K>())
+            .and_then(|t| t.downcast_ref::<Transform<K>>())
+            .cloned()
     }
 
     /// Exports `informer_*` metrics (lists, watches, decode failures, last
@@ -161,6 +214,7 @@ impl InformerFactory {
                 reflector: ReflectorConfig {
                     label_selector: config.label_selector,
                     field_selector: config.field_selector,
+                    transform: self.transform::<K>(),
                     ..ReflectorConfig::default()
                 },
                 resync: config.resync,
@@ -238,6 +292,37 @@ mod tests {
         a.indexer()
             .remove(&crate::runtime::ObjectKey::new(Some("ns"), "probe"));
         shared
+    }
+
+    fn no_spec() -> Transform<Pod> {
+        Arc::new(|pod: &mut Pod| pod.spec = None)
+    }
+
+    #[tokio::test]
+    async fn a_transform_is_refused_once_an_informer_of_its_kind_exists() {
+        let factory = InformerFactory::new(offline_client());
+        factory.informer::<Pod>(WatchConfig::default());
+        let err = factory.set_transform(no_spec()).unwrap_err();
+        assert!(
+            matches!(&err, FactoryError::TransformAfterInformer { kind } if kind == "Pod"),
+            "{err}"
+        );
+        // Another kind is still free to get one.
+        let keep: Transform<ConfigMap> = Arc::new(|_| {});
+        assert!(factory.set_transform(keep).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_kind_gets_one_transform() {
+        let factory = InformerFactory::new(offline_client());
+        factory.set_transform(no_spec()).expect("the first is set");
+        let err = factory.set_transform(no_spec()).unwrap_err();
+        assert!(
+            matches!(err, FactoryError::TransformSetTwice { .. }),
+            "{err}"
+        );
+        assert!(factory.transform::<Pod>().is_some());
+        assert!(factory.transform::<ConfigMap>().is_none());
     }
 
     #[tokio::test]

@@ -24,9 +24,9 @@ pub mod store;
 pub mod workqueue;
 
 pub use delta_fifo::{Delta, DeltaFifo, Deltas};
-pub use factory::{InformerFactory, WatchConfig};
+pub use factory::{FactoryError, InformerFactory, WatchConfig};
 pub use informer::{DeletedObject, EventHandler, InformerConfig, SharedInformer};
 pub use key::ObjectKey;
 pub use object::Object;
-pub use reflector::{ListWatch, Reflector, ReflectorConfig};
+pub use reflector::{ListWatch, Reflector, ReflectorConfig, Transform};
 pub use store::{CONTROLLER_UID_INDEX, IndexFn, Indexer, NAMESPACE_INDEX};

@@ -14,7 +14,7 @@ use crate::runtime::controller::{Action, Controller, ControllerError, ReconcileE
 use crate::runtime::expectations::Expectations;
 use crate::runtime::manager::Manager;
 use crate::runtime::store::label_index_fn;
-use crate::runtime::{InformerFactory, SharedInformer, WatchConfig};
+use crate::runtime::{FactoryError, InformerFactory, SharedInformer, Transform, WatchConfig};
 
 use super::metrics::JobMetrics;
 use super::observer::ExpectationsObserver;
@@ -35,6 +35,15 @@ pub struct Options {
     pub write_concurrency: usize,
 }
 
+/// Why the controller could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(transparent)]
+    Informers(#[from] FactoryError),
+    #[error(transparent)]
+    Controller(#[from] ControllerError),
+}
+
 /// The informers the controller reads from.
 pub struct Informers {
     pub jobs: SharedInformer<TFJob>,
@@ -44,8 +53,22 @@ pub struct Informers {
 
 /// Creates the informers: TFJobs, and only the Pods and Services that carry
 /// the job-name label — unrelated Pods in the cluster are never cached
-/// (Kubeflow caches every Pod in scope).
-pub fn informers(factory: &InformerFactory, namespace: Option<&str>) -> Informers {
+/// (Kubeflow caches every Pod in scope) — cached without their `spec`.
+pub fn informers(
+    factory: &InformerFactory,
+    namespace: Option<&str>,
+) -> Result<Informers, FactoryError> {
+    // Children are cached without their `spec`. The controller reads a
+    // child's metadata (name, labels, owner references, deletion) and a
+    // Pod's status, never a spec: it writes specs (from the TFJob's
+    // templates) but does not read them back, and adoption and release patch
+    // metadata only. A worker Pod's spec is most of its size (its TF_CONFIG
+    // alone lists every replica's address); client-go's `SetTransform` is
+    // the same idea.
+    let no_pod_spec: Transform<Pod> = Arc::new(|pod| pod.spec = None);
+    let no_service_spec: Transform<Service> = Arc::new(|svc| svc.spec = None);
+    factory.set_transform(no_pod_spec)?;
+    factory.set_transform(no_service_spec)?;
     let scope = |label: Option<&str>| WatchConfig {
         namespace: namespace.map(str::to_owned),
         label_selector: label.map(str::to_owned),
@@ -55,11 +78,11 @@ pub fn informers(factory: &InformerFactory, namespace: Option<&str>) -> Informer
     let services = factory.informer::<Service>(scope(Some(LABEL_JOB_NAME)));
     pods.add_index(JOB_NAME_INDEX, label_index_fn(LABEL_JOB_NAME));
     services.add_index(JOB_NAME_INDEX, label_index_fn(LABEL_JOB_NAME));
-    Informers {
+    Ok(Informers {
         jobs: factory.informer::<TFJob>(scope(None)),
         pods,
         services,
-    }
+    })
 }
 
 /// Builds the reconciler and registers the expectation observers. The
@@ -104,8 +127,8 @@ pub fn setup(
     manager: &mut Manager,
     factory: InformerFactory,
     options: &Options,
-) -> Result<(), ControllerError> {
-    let informers = informers(&factory, options.namespace.as_deref());
+) -> Result<(), SetupError> {
+    let informers = informers(&factory, options.namespace.as_deref())?;
     let reconciler = reconciler(manager, &informers, options);
     let controller = Controller::builder("tfjob")
         .for_informer(&informers.jobs)
