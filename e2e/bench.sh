@@ -19,8 +19,9 @@ mkdir -p target/bench
 # Build both binaries first and copy them aside: CARGO_TARGET_DIR may be
 # shared with other worktrees, whose builds would replace them mid-run.
 if [[ -z "${BENCH_OPERATOR_BIN:-}" ]]; then
-  cargo build --release --bin tfjob-operator
-  cp "${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/tfjob-operator" target/bench/tfjob-operator
+  # The profile the container image ships (Cargo.toml: release + LTO).
+  cargo build --profile dist --bin tfjob-operator
+  cp "${CARGO_TARGET_DIR:-$REPO_DIR/target}/dist/tfjob-operator" target/bench/tfjob-operator
   export BENCH_OPERATOR_BIN="$REPO_DIR/target/bench/tfjob-operator"
 fi
 bench_bin=$(cargo bench --bench e2e --no-run --message-format=json 2>/dev/null \
