@@ -13,16 +13,28 @@ use crate::runtime::ObjectKey;
 /// from the old status and its write would fail with 409 — for a 500-replica
 /// job that is dozens of wasted writes. So we keep what the API server
 /// returned, keyed by the resourceVersion it replaced, and use it while the
-/// cache still shows exactly that version. Any other cached version (ours
-/// arriving, or someone else's change) wins. controller-runtime has no such
-/// aid (kubernetes-sigs/controller-runtime#1464, #3320).
+/// cache still shows that version. Writes can chain before the cache catches
+/// up (10 → 11 → 12 while the cache still shows 10), so every version our
+/// writes replaced in a row is kept, not only the last. Any other cached
+/// version (ours arriving, or someone else's change) wins. controller-runtime
+/// has no such aid (kubernetes-sigs/controller-runtime#1464, #3320).
 #[derive(Clone, Default)]
 pub struct WrittenStatus {
     by_key: Arc<Mutex<Written>>,
 }
 
-/// Per job: the resourceVersion our write replaced, and what it stored.
-type Written = HashMap<ObjectKey, (String, Arc<TFJob>)>;
+/// Per job: our last write, and the versions our writes replaced in a row.
+type Written = HashMap<ObjectKey, OurWrite>;
+
+/// A longer chain than this means the watch is far behind; forgetting its
+/// oldest link costs at most one 409 and a retry.
+const MAX_CHAIN: usize = 8;
+
+struct OurWrite {
+    /// Oldest first; resourceVersions are opaque, so only equality is used.
+    replaced: Vec<String>,
+    stored: Arc<TFJob>,
+}
 
 impl WrittenStatus {
     fn lock(&self) -> MutexGuard<'_, Written> {
@@ -31,25 +43,42 @@ impl WrittenStatus {
 
     /// Records that our write replaced version `before` with `stored`.
     pub fn remember(&self, key: &ObjectKey, before: &str, stored: TFJob) {
-        self.lock()
-            .insert(key.clone(), (before.to_owned(), Arc::new(stored)));
+        let mut map = self.lock();
+        let mut replaced = match map.remove(key) {
+            // Written over our own previous write: the chain goes on.
+            Some(prev)
+                if prev.stored.metadata.resource_version.as_deref() == Some(before)
+                    && prev.stored.metadata.uid == stored.metadata.uid =>
+            {
+                prev.replaced
+            }
+            _ => Vec::new(),
+        };
+        replaced.push(before.to_owned());
+        if replaced.len() > MAX_CHAIN {
+            replaced.remove(0);
+        }
+        let stored = Arc::new(stored);
+        map.insert(key.clone(), OurWrite { replaced, stored });
     }
 
     /// The newer of the cached job and our own last write.
     pub fn newest(&self, key: &ObjectKey, cached: Arc<TFJob>) -> Arc<TFJob> {
         let mut map = self.lock();
-        match map.get(key) {
-            Some((before, ours))
-                if cached.metadata.resource_version.as_deref() == Some(before.as_str())
-                    && cached.metadata.uid == ours.metadata.uid =>
-            {
-                ours.clone()
-            }
-            Some(_) => {
-                map.remove(key);
-                cached
-            }
-            None => cached,
+        let Some(ours) = map.get(key) else {
+            return cached;
+        };
+        let cached_is_older = cached.metadata.uid == ours.stored.metadata.uid
+            && cached
+                .metadata
+                .resource_version
+                .as_deref()
+                .is_some_and(|rv| ours.replaced.iter().any(|r| r == rv));
+        if cached_is_older {
+            ours.stored.clone()
+        } else {
+            map.remove(key);
+            cached
         }
     }
 
@@ -76,6 +105,48 @@ mod tests {
         w.remember(&key, "10", job("11", "u"));
         let seen = w.newest(&key, Arc::new(job("10", "u")));
         assert_eq!(seen.metadata.resource_version.as_deref(), Some("11"));
+    }
+
+    #[test]
+    fn chained_writes_are_used_while_the_cache_shows_any_version_they_replaced() {
+        let w = WrittenStatus::default();
+        let key = ObjectKey::new(Some("default"), "j");
+        w.remember(&key, "10", job("11", "u"));
+        w.remember(&key, "11", job("12", "u"));
+        // The watch has delivered neither write yet: the cache shows 10.
+        let seen = w.newest(&key, Arc::new(job("10", "u")));
+        assert_eq!(seen.metadata.resource_version.as_deref(), Some("12"));
+        // The first write arrives: still older than our last.
+        let seen = w.newest(&key, Arc::new(job("11", "u")));
+        assert_eq!(seen.metadata.resource_version.as_deref(), Some("12"));
+    }
+
+    #[test]
+    fn a_write_over_someone_elses_version_starts_a_new_chain() {
+        let w = WrittenStatus::default();
+        let key = ObjectKey::new(Some("default"), "j");
+        w.remember(&key, "10", job("11", "u"));
+        // Someone else wrote 12; our next write replaced their version.
+        w.remember(&key, "12", job("13", "u"));
+        let seen = w.newest(&key, Arc::new(job("10", "u")));
+        assert_eq!(seen.metadata.resource_version.as_deref(), Some("10"));
+    }
+
+    #[test]
+    fn a_long_chain_forgets_its_oldest_link() {
+        let w = WrittenStatus::default();
+        let key = ObjectKey::new(Some("default"), "j");
+        for rv in 10..10 + MAX_CHAIN as u32 + 1 {
+            w.remember(&key, &rv.to_string(), job(&(rv + 1).to_string(), "u"));
+        }
+        let newest = (11 + MAX_CHAIN as u32).to_string();
+        let seen = w.newest(&key, Arc::new(job("11", "u")));
+        assert_eq!(
+            seen.metadata.resource_version.as_deref(),
+            Some(newest.as_str())
+        );
+        let seen = w.newest(&key, Arc::new(job("10", "u")));
+        assert_eq!(seen.metadata.resource_version.as_deref(), Some("10"));
     }
 
     #[test]
