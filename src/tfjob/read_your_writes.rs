@@ -98,75 +98,85 @@ mod tests {
         j
     }
 
+    /// One job `default/j` (uid `u`) and what our writes left of it.
+    struct Job {
+        written: WrittenStatus,
+        key: ObjectKey,
+    }
+
+    impl Job {
+        fn new() -> Self {
+            let key = ObjectKey::new(Some("default"), "j");
+            Self {
+                written: WrittenStatus::default(),
+                key,
+            }
+        }
+
+        /// Our status write replaced version `before` with `after`.
+        fn wrote(&self, before: &str, after: &str) {
+            self.written.remember(&self.key, before, job(after, "u"));
+        }
+
+        /// The version a reconcile plans from while the cache shows `cached`.
+        fn plans_from(&self, cached: &str) -> String {
+            let seen = self.written.newest(&self.key, Arc::new(job(cached, "u")));
+            seen.metadata.resource_version.clone().unwrap_or_default()
+        }
+    }
+
     #[test]
     fn our_write_is_used_while_the_cache_still_shows_the_version_it_replaced() {
-        let w = WrittenStatus::default();
-        let key = ObjectKey::new(Some("default"), "j");
-        w.remember(&key, "10", job("11", "u"));
-        let seen = w.newest(&key, Arc::new(job("10", "u")));
-        assert_eq!(seen.metadata.resource_version.as_deref(), Some("11"));
+        let j = Job::new();
+        j.wrote("10", "11");
+        assert_eq!(j.plans_from("10"), "11");
     }
 
     #[test]
     fn chained_writes_are_used_while_the_cache_shows_any_version_they_replaced() {
-        let w = WrittenStatus::default();
-        let key = ObjectKey::new(Some("default"), "j");
-        w.remember(&key, "10", job("11", "u"));
-        w.remember(&key, "11", job("12", "u"));
+        let j = Job::new();
+        j.wrote("10", "11");
+        j.wrote("11", "12");
         // The watch has delivered neither write yet: the cache shows 10.
-        let seen = w.newest(&key, Arc::new(job("10", "u")));
-        assert_eq!(seen.metadata.resource_version.as_deref(), Some("12"));
+        assert_eq!(j.plans_from("10"), "12");
         // The first write arrives: still older than our last.
-        let seen = w.newest(&key, Arc::new(job("11", "u")));
-        assert_eq!(seen.metadata.resource_version.as_deref(), Some("12"));
+        assert_eq!(j.plans_from("11"), "12");
     }
 
     #[test]
     fn a_write_over_someone_elses_version_starts_a_new_chain() {
-        let w = WrittenStatus::default();
-        let key = ObjectKey::new(Some("default"), "j");
-        w.remember(&key, "10", job("11", "u"));
+        let j = Job::new();
+        j.wrote("10", "11");
         // Someone else wrote 12; our next write replaced their version.
-        w.remember(&key, "12", job("13", "u"));
-        let seen = w.newest(&key, Arc::new(job("10", "u")));
-        assert_eq!(seen.metadata.resource_version.as_deref(), Some("10"));
+        j.wrote("12", "13");
+        assert_eq!(j.plans_from("10"), "10");
     }
 
     #[test]
     fn a_long_chain_forgets_its_oldest_link() {
-        let w = WrittenStatus::default();
-        let key = ObjectKey::new(Some("default"), "j");
-        for rv in 10..10 + MAX_CHAIN as u32 + 1 {
-            w.remember(&key, &rv.to_string(), job(&(rv + 1).to_string(), "u"));
+        let j = Job::new();
+        let last = 10 + MAX_CHAIN as u32;
+        for rv in 10..=last {
+            j.wrote(&rv.to_string(), &(rv + 1).to_string());
         }
-        let newest = (11 + MAX_CHAIN as u32).to_string();
-        let seen = w.newest(&key, Arc::new(job("11", "u")));
-        assert_eq!(
-            seen.metadata.resource_version.as_deref(),
-            Some(newest.as_str())
-        );
-        let seen = w.newest(&key, Arc::new(job("10", "u")));
-        assert_eq!(seen.metadata.resource_version.as_deref(), Some("10"));
+        assert_eq!(j.plans_from("11"), (last + 1).to_string());
+        assert_eq!(j.plans_from("10"), "10");
     }
 
     #[test]
     fn any_other_cached_version_wins_and_ends_the_override() {
-        let w = WrittenStatus::default();
-        let key = ObjectKey::new(Some("default"), "j");
-        w.remember(&key, "10", job("11", "u"));
-        let seen = w.newest(&key, Arc::new(job("12", "u")));
-        assert_eq!(seen.metadata.resource_version.as_deref(), Some("12"));
+        let j = Job::new();
+        j.wrote("10", "11");
+        assert_eq!(j.plans_from("12"), "12");
         // Forgotten: even the old version now comes from the cache.
-        let seen = w.newest(&key, Arc::new(job("10", "u")));
-        assert_eq!(seen.metadata.resource_version.as_deref(), Some("10"));
+        assert_eq!(j.plans_from("10"), "10");
     }
 
     #[test]
     fn a_recreated_job_with_the_same_name_is_never_overridden() {
-        let w = WrittenStatus::default();
-        let key = ObjectKey::new(Some("default"), "j");
-        w.remember(&key, "10", job("11", "old-uid"));
-        let seen = w.newest(&key, Arc::new(job("10", "new-uid")));
+        let j = Job::new();
+        j.written.remember(&j.key, "10", job("11", "old-uid"));
+        let seen = j.written.newest(&j.key, Arc::new(job("10", "new-uid")));
         assert_eq!(seen.metadata.uid.as_deref(), Some("new-uid"));
     }
 }
