@@ -49,6 +49,9 @@ use tokio_util::sync::CancellationToken;
 
 #[path = "common/pods.rs"]
 mod pods;
+#[path = "common/stats.rs"]
+mod stats;
+use stats::median;
 
 const NAMESPACE: &str = "bench-sync";
 const PEERS: [&str; 9] = [
@@ -296,15 +299,6 @@ fn run_peer(peer: &str, go_bin: Option<&str>) -> Option<Run> {
         objects: v["objects"].as_u64()?,
         vmhwm_kb: v["vmhwm_kb"].as_i64()?,
     })
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 fn main() {

@@ -38,6 +38,10 @@ use serde::{Deserialize, Serialize};
 use tfjob_operator::runtime::ObjectKey;
 use tfjob_operator::runtime::workqueue::RateLimitingQueue;
 
+#[path = "common/stats.rs"]
+mod stats;
+use stats::median;
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Measurement {
     workload: String,
@@ -283,12 +287,6 @@ struct Summary {
     #[serde(skip_serializing_if = "Option::is_none")]
     add_latency_us: Option<Latency>,
     runs: Vec<Measurement>,
-}
-
-/// The middle value (the upper one of two, for an even count).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 impl Summary {

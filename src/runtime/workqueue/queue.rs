@@ -33,14 +33,15 @@
 //! new; the next leader rebuilds the queue from its initial list anyway.
 //!
 //! This module must never sleep or spawn: delays live in `delaying.rs`.
-use hashbrown::{DefaultHashBuilder, HashTable};
-use parking_lot::{Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
