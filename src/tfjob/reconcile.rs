@@ -17,14 +17,14 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions
 use kube::{Client, Resource};
 
 use crate::api::TFJob;
-use crate::api::constants::{LABEL_JOB_NAME, event};
+use crate::api::constants::event;
 use crate::runtime::events::EventRecorder;
 use crate::runtime::expectations::{EXPECTATIONS_TTL, Expectations};
 use crate::runtime::ownership::{adopt, claim, release};
 use crate::runtime::{CONTROLLER_UID_INDEX, Indexer, Object, ObjectKey};
 
 use super::bookkeeping::{ANNOTATION as BOOKKEEPING_ANNOTATION, Bookkeeping};
-use super::children::owner_reference;
+use super::children::{child_selector, owner_reference};
 use super::metrics::JobMetrics;
 use super::plan::{Action, Observed, Plan, PlanConfig, plan};
 use super::read_your_writes::WrittenStatus;
@@ -212,8 +212,7 @@ impl TfJobReconciler {
                 candidates.push(obj);
             }
         }
-        let selector = [(LABEL_JOB_NAME.to_owned(), name.to_owned())].into();
-        let claimed = claim(uid, &selector, candidates);
+        let claimed = claim(uid, &child_selector(name), candidates);
         let mut owned = claimed.owned;
         if claimed.adopt.is_empty() && claimed.release.is_empty() {
             return Ok(owned);
