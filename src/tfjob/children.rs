@@ -94,7 +94,8 @@ impl ChildContext<'_> {
             match replica.restart_policy {
                 RestartPolicy::Always => "Always",
                 RestartPolicy::OnFailure => "OnFailure",
-                RestartPolicy::Never | RestartPolicy::ExitCode => "Never",
+                // `Invalid` never gets here: `normalize` refuses it.
+                RestartPolicy::Never | RestartPolicy::ExitCode | RestartPolicy::Invalid => "Never",
             }
             .to_owned(),
         );

@@ -552,7 +552,7 @@ impl Tally {
                             || match replica.restart_policy {
                                 RestartPolicy::Always | RestartPolicy::OnFailure => true,
                                 RestartPolicy::ExitCode => code >= FIRST_RETRYABLE_EXIT_CODE,
-                                RestartPolicy::Never => false,
+                                RestartPolicy::Never | RestartPolicy::Invalid => false,
                             };
                         let pod_name = pod.metadata.name.clone().unwrap_or_default();
                         if !retryable {
@@ -696,7 +696,7 @@ fn finish(
             let delete = match policy {
                 CleanPodPolicy::All => true,
                 CleanPodPolicy::Running => unfinished,
-                CleanPodPolicy::None => false,
+                CleanPodPolicy::None | CleanPodPolicy::Invalid => false,
             };
             if delete {
                 p.actions.push(delete_pod(pod));
