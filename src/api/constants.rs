@@ -129,6 +129,8 @@ pub mod event {
     pub const SUCCESSFUL_DELETE_SERVICE: &str = "SuccessfulDeleteService";
     pub const FAILED_DELETE_SERVICE: &str = "FailedDeleteService";
     pub const EXITED_WITH_CODE: &str = "ExitedWithCode";
+    /// Ours: `runPolicy.schedulingPolicy` is set but nothing honours it.
+    pub const SCHEDULING_POLICY_IGNORED: &str = "SchedulingPolicyIgnored";
     pub const SET_POD_TEMPLATE_RESTART_POLICY: &str = "SetPodTemplateRestartPolicy";
     pub const JOB_TERMINATED: &str = "JobTerminated";
     pub const SUCCESSFUL_DELETE_JOB: &str = "SuccessfulDeleteJob";

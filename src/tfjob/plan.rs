@@ -20,6 +20,7 @@
 //! - on a deadline or backoff failure only unfinished Pods are stopped
 //!   (Kubeflow deletes every Pod, losing the logs of finished ones);
 //! - a bad spec is a `Failed` condition and a Warning event, not a retry loop.
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +35,7 @@ use crate::api::{
     CleanPodPolicy, ReplicaStatus, ReplicaType, RestartPolicy, SuccessPolicy, TFJob, TFJobStatus,
 };
 
+use super::abnormal::{Abnormal, abnormal};
 use super::bookkeeping::Bookkeeping;
 use super::children::{ChildContext, owner_reference, replica_of};
 use super::conditions::{self, is_finished, is_true};
@@ -85,7 +87,8 @@ pub enum Action {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedEvent {
     pub warning: bool,
-    pub reason: &'static str,
+    /// Ours are constants; a Pod's own reasons (`ImagePullBackOff`, …) are not.
+    pub reason: Cow<'static, str>,
     pub message: String,
 }
 
@@ -105,10 +108,10 @@ pub struct Plan {
 }
 
 impl Plan {
-    fn event(&mut self, warning: bool, reason: &'static str, message: String) {
+    fn event(&mut self, warning: bool, reason: impl Into<Cow<'static, str>>, message: String) {
         self.events.push(PlannedEvent {
             warning,
-            reason,
+            reason: reason.into(),
             message,
         });
     }
@@ -188,6 +191,17 @@ fn plan_into(
             msg,
             &now,
         );
+        if job.spec.run_policy.scheduling_policy.is_some() {
+            p.event(
+                true,
+                event::SCHEDULING_POLICY_IGNORED,
+                "spec.runPolicy.schedulingPolicy is not honoured: this operator does no gang scheduling \
+                 (minAvailable, queue, minResources, scheduleTimeoutSeconds and priorityClass are ignored). \
+                 Queue the job with Kueue instead (label kueue.x-k8s.io/queue-name), and set \
+                 priorityClassName in the replica templates."
+                    .to_owned(),
+            );
+        }
     }
 
     let spec = match normalize(name, &job.spec) {
@@ -322,6 +336,9 @@ fn plan_into(
                 &now,
             );
         }
+    }
+    for (reason, message) in &tally.abnormal {
+        p.event(true, reason.clone(), message.clone());
     }
     update_conditions(p, &spec, &tally, name, namespace, &now);
     if is_finished(&p.status) {
@@ -492,6 +509,8 @@ struct Tally {
     failed: Vec<(ReplicaType, i32)>,
     /// Non-retryable exits: `(pod, exit code)`, for `ExitedWithCode`.
     exits: Vec<(String, i32)>,
+    /// Why live Pods are stuck ([`super::abnormal`]).
+    abnormal: Vec<Abnormal>,
 }
 
 impl Tally {
@@ -508,6 +527,7 @@ impl Tally {
             worker0_succeeded: false,
             failed: Vec::new(),
             exits: Vec::new(),
+            abnormal: Vec::new(),
         };
         for (&rtype, replica) in &spec.replicas {
             let mut succeeded_set = books.succeeded(rtype.as_str());
@@ -533,6 +553,9 @@ impl Tally {
                     }
                     continue;
                 };
+                if matches!(phase(pod), "Running" | "Pending") {
+                    t.abnormal.extend(abnormal(pod));
+                }
                 match phase(pod) {
                     "Running" => {
                         rs.active += 1;

@@ -1019,3 +1019,52 @@ fn exited_with_code_is_recorded_once_for_a_permanent_failure() {
     assert_eq!(exited(&p), 1);
     assert_eq!(exited(&w.plan()), 0, "not again on later passes");
 }
+
+#[test]
+fn a_scheduling_policy_gets_one_warning_saying_it_is_ignored() {
+    let mut job = TfJobFixture::new("j").workers(1).uid("uid-1").build();
+    job.spec.run_policy.scheduling_policy = Some(Default::default());
+    let w = World {
+        job,
+        pods: Vec::new(),
+        services: Vec::new(),
+        schema: StatusSchema::Ours,
+    };
+    let warned = |p: &Plan| {
+        p.events
+            .iter()
+            .filter(|e| e.reason == "SchedulingPolicyIgnored" && e.warning)
+            .count()
+    };
+    let (w, p) = w.settle();
+    assert_eq!(warned(&p), 1);
+    assert_eq!(warned(&w.plan()), 0, "once, when the job is first seen");
+}
+
+#[test]
+fn a_pending_pod_that_cannot_pull_its_image_is_reported_on_the_job() {
+    let mut w = World::new(TfJobFixture::new("j").workers(1))
+        .pod(Worker, 0, "Pending", None)
+        .with_services();
+    let mut pod = (*w.pods[0]).clone();
+    pod.status.as_mut().unwrap().container_statuses = Some(vec![ContainerStatus {
+        name: "tensorflow".into(),
+        state: Some(ContainerState {
+            waiting: Some(k8s_openapi::api::core::v1::ContainerStateWaiting {
+                reason: Some("ErrImagePull".into()),
+                message: Some("pull access denied".into()),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }]);
+    w.pods[0] = Arc::new(pod);
+    let p = w.plan();
+    assert!(
+        p.events.iter().any(|e| e.warning
+            && e.reason == "ErrImagePull"
+            && e.message.contains("pull access denied")),
+        "{:?}",
+        p.events
+    );
+}

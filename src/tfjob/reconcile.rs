@@ -169,7 +169,7 @@ impl TfJobReconciler {
             self.recorder.publish(
                 job.as_ref(),
                 event_type(e.warning),
-                e.reason,
+                &e.reason,
                 e.message.clone(),
             );
         }
