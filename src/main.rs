@@ -87,6 +87,16 @@ struct RunArgs {
     /// Burst above `--kube-api-qps`.
     #[arg(long, env = "KUBE_API_BURST", default_value_t = 30)]
     kube_api_burst: u32,
+    /// Force-delete a replica's Pod that was disrupted (e.g. evicted from a
+    /// node that stopped responding) and is still terminating this many
+    /// seconds after its grace period ended, so the job can replace it
+    /// instead of hanging in Restarting (0: never).
+    #[arg(
+        long,
+        env = "FORCE_DELETE_STUCK_PODS_AFTER_SECONDS",
+        default_value_t = 300
+    )]
+    force_delete_stuck_pods_after_seconds: u64,
     /// Seconds to let in-flight reconciles finish on SIGTERM.
     #[arg(long, env = "GRACEFUL_SHUTDOWN_SECONDS", default_value_t = 30)]
     graceful_shutdown_seconds: u64,
@@ -180,6 +190,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         cluster_domain: args.cluster_domain.clone(),
         write_concurrency: args.write_concurrency,
         status_schema,
+        force_delete_stuck_after: (args.force_delete_stuck_pods_after_seconds > 0)
+            .then(|| Duration::from_secs(args.force_delete_stuck_pods_after_seconds)),
     };
     setup(&mut manager, InformerFactory::new(client), &options)?;
     manager.run().await?;

@@ -123,6 +123,8 @@ pub mod event {
     pub const SUCCESSFUL_CREATE_POD: &str = "SuccessfulCreatePod";
     pub const FAILED_CREATE_POD: &str = "FailedCreatePod";
     pub const SUCCESSFUL_DELETE_POD: &str = "SuccessfulDeletePod";
+    /// Ours: a Pod stuck terminating on a lost node was force-deleted.
+    pub const FORCE_DELETED_POD: &str = "ForceDeletedPod";
     pub const FAILED_DELETE_POD: &str = "FailedDeletePod";
     pub const SUCCESSFUL_CREATE_SERVICE: &str = "SuccessfulCreateService";
     pub const FAILED_CREATE_SERVICE: &str = "FailedCreateService";

@@ -63,6 +63,9 @@ pub struct PlanConfig {
     pub cluster_domain: Option<String>,
     /// The installed CRD's status schema: what the API server keeps.
     pub status_schema: StatusSchema,
+    /// Force-delete a disrupted Pod still terminating this long after its
+    /// grace period ended (its node is gone); `None`: never.
+    pub force_delete_stuck_after: Option<Duration>,
 }
 
 /// One API write the plan asks for.
@@ -74,6 +77,8 @@ pub enum Action {
     DeletePod {
         name: String,
         uid: Option<String>,
+        /// Grace period 0: the Pod's kubelet is gone ([`stuck_on_lost_node`]).
+        force: bool,
     },
     CreateService(Box<Service>),
     DeleteService {
@@ -234,6 +239,9 @@ fn plan_into(
         cluster_domain: cfg.cluster_domain.as_deref(),
     };
     let children = Children::group(obs.pods, obs.services);
+    if let Some(wait) = cfg.force_delete_stuck_after {
+        force_delete_stuck(p, &children, obs.now, wait);
+    }
 
     if is_finished(&p.status) {
         let stop = books.stop_unfinished;
@@ -312,6 +320,7 @@ fn plan_into(
         p.actions.push(Action::DeletePod {
             name: retry.pod.clone(),
             uid: retry.uid.clone(),
+            force: false,
         });
         p.event(
             false,
@@ -476,10 +485,45 @@ fn disrupted(pod: &Pod) -> bool {
             .any(|c| c.type_ == "DisruptionTarget" && c.status == "True")
 }
 
+/// When a Pod on a lost node may be force-deleted: it was disrupted (the
+/// taint manager evicts Pods from a node that stopped responding, adding
+/// `DisruptionTarget`), and it is still there `wait` after its grace period
+/// ended, because no kubelet is left to confirm it stopped. `None`: not
+/// such a Pod; `Some(0)`: now; `Some(d)`: in `d`.
+///
+/// Without this a job hangs in Restarting forever (Kubeflow #2072): the
+/// terminating Pod holds its slot. Kubernetes' Pod GC force-deletes such Pods
+/// only once an admin taints the node out-of-service; we wait a bounded time
+/// instead, and only for Pods already evicted for being unreachable.
+pub fn stuck_on_lost_node(pod: &Pod, now: Timestamp, wait: Duration) -> Option<Duration> {
+    let deleted_at = pod.metadata.deletion_timestamp.as_ref()?.0;
+    if !disrupted(pod) {
+        return None;
+    }
+    let wait = jiff::SignedDuration::try_from(wait).unwrap_or(jiff::SignedDuration::MAX);
+    let due = deleted_at.saturating_add(wait).unwrap_or(deleted_at);
+    Some(duration_between(now, due))
+}
+
+fn force_delete_stuck(p: &mut Plan, children: &Children<'_>, now: Timestamp, wait: Duration) {
+    for pod in children.pods.values().flatten() {
+        match stuck_on_lost_node(pod, now, wait) {
+            Some(left) if left.is_zero() => p.actions.push(Action::DeletePod {
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                uid: pod.metadata.uid.clone(),
+                force: true,
+            }),
+            Some(left) => p.requeue_in(left),
+            None => {}
+        }
+    }
+}
+
 fn delete_pod(pod: &Pod) -> Action {
     Action::DeletePod {
         name: pod.metadata.name.clone().unwrap_or_default(),
         uid: pod.metadata.uid.clone(),
+        force: false,
     }
 }
 

@@ -1068,3 +1068,78 @@ fn a_pending_pod_that_cannot_pull_its_image_is_reported_on_the_job() {
         p.events
     );
 }
+
+#[test]
+fn a_disrupted_pod_stuck_terminating_on_a_lost_node_is_force_deleted_after_the_wait() {
+    let mut w = World::new(
+        TfJobFixture::new("j")
+            .workers(2)
+            .restart_policy(RestartPolicy::OnFailure),
+    )
+    .running(Worker, 0)
+    .running(Worker, 1)
+    .with_services();
+    let mut pod = (*w.pods[1]).clone();
+    pod.metadata.deletion_timestamp = Some(Time(at(NOW - 100)));
+    pod.status.as_mut().unwrap().conditions = Some(vec![PodCondition {
+        type_: "DisruptionTarget".into(),
+        status: "True".into(),
+        reason: Some("DeletionByTaintManager".into()),
+        ..Default::default()
+    }]);
+    w.pods[1] = Arc::new(pod);
+    let plan_with = |wait: Option<u64>| {
+        plan(
+            &Observed {
+                job: &w.job,
+                pods: &w.pods,
+                services: &w.services,
+                now: at(NOW),
+            },
+            &PlanConfig {
+                force_delete_stuck_after: wait.map(Duration::from_secs),
+                ..PlanConfig::default()
+            },
+        )
+    };
+    let forced = |p: &Plan| {
+        p.actions.iter().any(
+            |a| matches!(a, Action::DeletePod { name, force: true, .. } if name == "j-worker-1"),
+        )
+    };
+    // Off: the slot stays held (Kubeflow #2072's hang).
+    assert!(!forced(&plan_with(None)));
+    // 100 s after the grace period with a 300 s wait: not yet, look again in 200 s.
+    let early = plan_with(Some(300));
+    assert!(!forced(&early));
+    assert_eq!(early.requeue_after, Some(Duration::from_secs(200)));
+    // With a 60 s wait: now.
+    assert!(forced(&plan_with(Some(60))));
+}
+
+#[test]
+fn a_pod_being_deleted_normally_is_never_force_deleted() {
+    let mut w = World::new(TfJobFixture::new("j").workers(1))
+        .running(Worker, 0)
+        .with_services();
+    let mut pod = (*w.pods[0]).clone();
+    pod.metadata.deletion_timestamp = Some(Time(at(NOW - 10_000)));
+    w.pods[0] = Arc::new(pod);
+    let p = plan(
+        &Observed {
+            job: &w.job,
+            pods: &w.pods,
+            services: &w.services,
+            now: at(NOW),
+        },
+        &PlanConfig {
+            force_delete_stuck_after: Some(Duration::from_secs(1)),
+            ..PlanConfig::default()
+        },
+    );
+    assert!(
+        !p.actions
+            .iter()
+            .any(|a| matches!(a, Action::DeletePod { force: true, .. }))
+    );
+}

@@ -359,15 +359,26 @@ impl TfJobReconciler {
                 self.create_child(key, job, services, svc, "service", reasons)
                     .await
             }
-            Action::DeletePod { name, uid } => {
+            Action::DeletePod { name, uid, force } => {
                 let params = DeleteParams {
                     preconditions: uid.clone().map(|uid| Preconditions {
                         uid: Some(uid),
                         resource_version: None,
                     }),
+                    grace_period_seconds: force.then_some(0),
                     ..DeleteParams::default()
                 };
                 match pods.delete(name, &params).await {
+                    Ok(_) if *force => {
+                        self.recorder.warning(
+                            job,
+                            event::FORCE_DELETED_POD,
+                            format!(
+                                "Force-deleted pod: {name} (disrupted, and still terminating after its grace period: its node stopped responding)"
+                            ),
+                        );
+                        Ok(())
+                    }
                     Ok(_) => {
                         self.recorder.normal(
                             job,
