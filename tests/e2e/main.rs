@@ -22,6 +22,7 @@ mod support;
 mod examples;
 mod helm;
 mod informer;
+mod lost_node;
 mod manager;
 mod operator;
 mod protobuf;
