@@ -10,8 +10,11 @@ use kube::api::{Api, ListParams};
 use tfjob_operator::api::TFJob;
 use tfjob_operator::runtime::InformerFactory;
 use tfjob_operator::runtime::client::RateLimitLayer;
+use tfjob_operator::runtime::client::metrics::RestClientMetricsLayer;
 use tfjob_operator::runtime::leader_election::LeaderElectionConfig;
 use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
+use tfjob_operator::runtime::metrics::build_info::{self, BuildInfo};
+use tfjob_operator::runtime::metrics::process::ProcessCollector;
 use tfjob_operator::tfjob::controller::{Options, setup};
 
 #[derive(Parser)]
@@ -139,12 +142,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = kube::Config::infer()
         .await
         .context("failed to find cluster credentials: set KUBECONFIG or run in a Pod")?;
+    let host = config
+        .cluster_url
+        .authority()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let rest_metrics = RestClientMetricsLayer::new(host);
+    let builder = kube::client::ClientBuilder::try_from(config)?.with_layer(&rest_metrics);
     let client = if args.kube_api_qps > 0.0 {
-        kube::client::ClientBuilder::try_from(config)?
+        builder
             .with_layer(&RateLimitLayer::new(args.kube_api_qps, args.kube_api_burst))
             .build()
     } else {
-        kube::Client::try_from(config)?
+        builder.build()
     };
     check_crd_installed(&client, args.namespace.as_deref()).await?;
 
@@ -159,6 +169,18 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             leader_election,
             graceful_shutdown: Duration::from_secs(args.graceful_shutdown_seconds),
             handle_signals: true,
+        },
+    );
+    let registry = manager.registry();
+    rest_metrics.register(&registry);
+    ProcessCollector::register(&registry);
+    build_info::register(
+        &registry,
+        "tfjob_operator",
+        &BuildInfo {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            git_commit: env!("TFJOB_GIT_COMMIT").to_owned(),
+            rust_version: env!("TFJOB_RUSTC_VERSION").to_owned(),
         },
     );
     let options = Options {

@@ -534,8 +534,8 @@ impl ControllerFamilies {
                 f.errors.clone(),
             );
             r.register(
-                "controller_runtime_reconcile_errors_by_category",
-                "Reconciliation errors per controller and error category (tfjob-operator addition)",
+                "tfjob_operator_reconcile_errors_by_category",
+                "Reconciliation errors per controller and error category",
                 f.errors_by_category.clone(),
             );
             r.register(
@@ -807,7 +807,7 @@ mod tests {
             text.contains("controller_runtime_max_concurrent_reconciles{controller=\"test\"} 1\n")
         );
         assert!(
-            text.contains("workqueue_adds_total{name=\"test\"} 1\n"),
+            text.contains("workqueue_adds_total{controller=\"test\",name=\"test\"} 1\n"),
             "{text}"
         );
     }
@@ -872,10 +872,10 @@ mod tests {
             text.contains("controller_runtime_reconcile_errors_total{controller=\"test\"} 4\n")
         );
         assert!(text.contains(
-            "controller_runtime_reconcile_errors_by_category_total{controller=\"test\",category=\"api\"} 4\n"
+            "tfjob_operator_reconcile_errors_by_category_total{controller=\"test\",category=\"api\"} 4\n"
         ));
         assert!(
-            text.contains("workqueue_retries_total{name=\"test\"} 4\n"),
+            text.contains("workqueue_retries_total{controller=\"test\",name=\"test\"} 4\n"),
             "{text}"
         );
     }
