@@ -390,7 +390,8 @@ impl<R: Reconciler> Inner<R> {
     /// Runs one reconcile and applies the result rules from the module docs.
     async fn reconcile_handler(&self, key: &ObjectKey) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let span = tracing::info_span!("reconcile", controller = %self.name, key = %key, reconcile_id = id);
+        // controller-runtime's log keys, so JSON logs read like a Go controller's.
+        let span = tracing::info_span!("reconcile", controller = %self.name, namespace = key.namespace().unwrap_or_default(), name = key.name(), reconcileID = id);
         let start = Instant::now();
         // A panic must not take the worker (or the process) down with it.
         let result = AssertUnwindSafe(self.reconciler.reconcile(key.clone()))
