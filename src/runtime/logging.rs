@@ -78,9 +78,33 @@ where
             }
         }
         event.record(&mut FieldVisitor(&mut line));
-        let text = serde_json::to_string(&Value::Object(line)).map_err(|_| fmt::Error)?;
+        // ts, level, msg and logger first (a Map without serde_json's
+        // `preserve_order` sorts its keys), then the rest by name.
+        let mut text = String::from("{");
+        for key in LEADING {
+            if let Some(value) = line.remove(key) {
+                push_entry(&mut text, key, &value)?;
+            }
+        }
+        for (key, value) in &line {
+            push_entry(&mut text, key, value)?;
+        }
+        text.push('}');
         writeln!(writer, "{text}")
     }
+}
+
+/// The keys every line starts with, in this order (zap's production layout).
+const LEADING: [&str; 4] = ["ts", "level", "msg", "logger"];
+
+fn push_entry(out: &mut String, key: &str, value: &Value) -> fmt::Result {
+    if out.len() > 1 {
+        out.push(',');
+    }
+    out.push_str(&serde_json::to_string(key).map_err(|_| fmt::Error)?);
+    out.push(':');
+    out.push_str(&serde_json::to_string(value).map_err(|_| fmt::Error)?);
+    Ok(())
 }
 
 /// Collects an event's fields as JSON values (`message` becomes `msg`).
@@ -190,6 +214,11 @@ mod tests {
         });
         let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
         assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(text.starts_with(r#"{"ts":""#), "{text}");
+        assert!(
+            text.contains(r#"","level":"warn","msg":"status conflict","logger":"#),
+            "{text}"
+        );
         let line: Value = serde_json::from_str(text.trim()).unwrap();
         let object = line.as_object().unwrap();
         assert_eq!(object["level"], "warn");
