@@ -69,6 +69,10 @@ cluster-down: ## Stop the local control plane and remove its data
 e2e: cluster-tools ## The end-to-end suite on a freshly started local control plane (torn down even on failure)
 	bash e2e/run-suite.sh
 
+.PHONY: test-observability
+test-observability: cluster-tools ## Metrics vs docs/metrics.md, every dashboard query and alert rule, on a real Prometheus (the running cluster, or a fresh one)
+	bash e2e/observability.sh
+
 .PHONY: demo
 demo: ## Build, start the local control plane, run the operator and examples/, watch them live (stays up)
 	bash e2e/demo.sh
