@@ -21,6 +21,7 @@
 //! It must never write the cache directly (only the informer does, via the
 //! FIFO) and never give up: it runs until shut down.
 mod backoff;
+mod framing;
 mod list_watch;
 mod protobuf_requests;
 mod raw;
@@ -38,9 +39,10 @@ use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
 pub use backoff::Backoff;
-pub use list_watch::{
-    ApiListWatch, ListWatch, RawList, RawWatchStream, parse_list_body, parse_watch_line,
+pub use framing::{
+    FrameTooLarge, MAX_FRAME_BYTES, RawList, RawWatchStream, parse_list_body, parse_watch_line,
 };
+pub use list_watch::{ApiListWatch, ListWatch};
 pub use raw::{DecodeError, Identity, RawObject};
 
 use super::Object;
