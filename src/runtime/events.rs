@@ -12,8 +12,10 @@
 //!   client-go's `DropIfChannelFull` does.
 //! - [`EventBroadcaster::run`] is the background task that writes them. Before
 //!   writing, the [`EventCorrelator`] decides:
-//!   - spam filter: a token bucket per involved object (burst 25, one token
-//!     back every 300 s); an object out of tokens gets no more events for now;
+//!   - spam filter: a token bucket per reporter, involved object and event
+//!     type (burst 25, one token back every 300 s); an object out of tokens
+//!     gets no more events of that type for now, but Normal events never
+//!     use up a Warning's tokens;
 //!   - aggregation: a repeat of an event already written (same object, type,
 //!     reason and message) patches the existing Event's `count` and
 //!     `lastTimestamp` instead of creating another object.
@@ -124,11 +126,19 @@ impl EventRecord {
         let r = &self.involved;
         ObjectIdentity {
             component: self.source.component.clone(),
+            instance: self.source.instance.clone(),
             api_version: r.api_version.clone(),
             kind: r.kind.clone(),
             namespace: r.namespace.clone(),
             name: r.name.clone(),
             uid: r.uid.clone(),
+        }
+    }
+
+    fn spam_key(&self) -> SpamKey {
+        SpamKey {
+            object: self.object_key(),
+            type_: self.type_,
         }
     }
 
@@ -155,15 +165,29 @@ impl EventRecord {
     }
 }
 
-/// The spam filter's key: reporter plus involved object (client-go's `getSpamKey`).
+/// The reporter plus the involved object: the fields of client-go's
+/// `getSpamKey` (source component and host, the object's kind, namespace,
+/// name, UID and apiVersion).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct ObjectIdentity {
     component: String,
+    instance: Option<String>,
     api_version: Option<String>,
     kind: Option<String>,
     namespace: Option<String>,
     name: Option<String>,
     uid: Option<String>,
+}
+
+/// The spam filter's key: client-go's `getSpamKey` plus the event type, so
+/// a burst of Normal events cannot use up the tokens a Warning about the same
+/// object needs (client-go's default key has no type, and drops that
+/// Warning; Kubernetes' service controller passes its own key with the type
+/// and reason for the same reason, kubernetes/kubernetes#124747).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct SpamKey {
+    object: ObjectIdentity,
+    type_: EventType,
 }
 
 /// The aggregation key: object + type + reason + message.
@@ -279,7 +303,7 @@ struct Written {
 /// Spam filter plus aggregation; pure (the caller supplies the time).
 #[derive(Debug)]
 pub struct EventCorrelator {
-    buckets: BoundedMap<ObjectIdentity, TokenBucket>,
+    buckets: BoundedMap<SpamKey, TokenBucket>,
     written: BoundedMap<AggregateKey, Written>,
     burst: u32,
     refill_every: Duration,
@@ -309,7 +333,7 @@ impl EventCorrelator {
         let (burst, refill) = (self.burst, self.refill_every);
         let bucket = self
             .buckets
-            .get_or_insert_with(&event.object_key(), || TokenBucket::new(burst, refill, now));
+            .get_or_insert_with(&event.spam_key(), || TokenBucket::new(burst, refill, now));
         if !bucket.try_take(now) {
             return Decision::Drop;
         }
@@ -726,6 +750,20 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(c.correlate(&e, Instant::now()), Decision::Create);
         assert_eq!(c.correlate(&e, Instant::now()), Decision::Drop);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_warning_still_gets_through_after_the_normal_events_used_up_their_burst() {
+        let mut c = EventCorrelator::default();
+        for i in 0..25 {
+            let e = event_about("a", "Progress", &format!("step {i}"));
+            assert_ne!(c.correlate(&e, Instant::now()), Decision::Drop, "event {i}");
+        }
+        let normal = event_about("a", "Progress", "one too many");
+        assert_eq!(c.correlate(&normal, Instant::now()), Decision::Drop);
+        let mut warning = event_about("a", "Failed", "the job failed");
+        warning.type_ = EventType::Warning;
+        assert_eq!(c.correlate(&warning, Instant::now()), Decision::Create);
     }
 
     #[tokio::test(start_paused = true)]
