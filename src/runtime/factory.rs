@@ -95,6 +95,7 @@ impl<K: Object> AnyInformer for SharedInformer<K> {
                 .unwrap_or(0),
             cached_objects: i64::try_from(self.indexer().len()).unwrap_or(i64::MAX),
             synced: SharedInformer::has_synced(self),
+            resource: K::plural(&()).into_owned(),
         }
     }
 
@@ -391,6 +392,10 @@ mod tests {
         assert!(text.contains("# TYPE informer_lists counter"), "{text}");
         assert!(text.contains("informer_lists_total{"), "{text}");
         assert!(text.contains("informer_synced{"), "{text}");
+        assert!(
+            text.contains(r#"tfjob_operator_informer_decode_errors_total{resource="pods"} 0"#),
+            "{text}"
+        );
     }
 
     #[tokio::test]

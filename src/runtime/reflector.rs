@@ -15,8 +15,13 @@
 //!   `replace` turns every vanished object into a tombstone;
 //! - any other error waits a jittered exponential backoff (0.8 s → 30 s) and
 //!   retries; `429` waits at least the server's Retry-After;
-//! - an object that fails to decode is logged, counted and skipped: the page
-//!   or watch it came in goes on.
+//! - an object that fails to decode is logged (with its namespace/name, read
+//!   from its metadata alone), counted, and never taken for a deletion: the
+//!   page or watch it came in goes on, a relist keeps the cache's last good
+//!   copy of it (no tombstone), an undecodable MODIFIED leaves that copy in
+//!   place, and an undecodable DELETED still deletes by key. A DELETED whose
+//!   key cannot be read either ends the watch with a relist, which finds
+//!   what is gone.
 //!
 //! It must never write the cache directly (only the informer does, via the
 //! FIFO) and never give up: it runs until shut down.
@@ -83,6 +88,10 @@ pub enum ReflectorError {
     StreamingListIncomplete,
     #[error("failed to watch: the server closed the watch at once without any event")]
     VeryShortWatch,
+    #[error(
+        "failed to decode a watch DELETED event, not even its name: relisting to find what was deleted"
+    )]
+    UnreadableDelete,
 }
 
 impl ReflectorError {
@@ -95,6 +104,7 @@ impl ReflectorError {
             Self::WatchEvent(_) => "watch_event",
             Self::StreamingListIncomplete => "streaming_list",
             Self::VeryShortWatch => "very_short_watch",
+            Self::UnreadableDelete => "unreadable_delete",
         }
     }
 
@@ -111,6 +121,11 @@ impl ReflectorError {
     /// Whether our resourceVersion is too old: only a relist can recover.
     pub fn is_expired(&self) -> bool {
         self.status().is_some_and(is_expired)
+    }
+
+    /// Whether the next attempt must relist rather than re-watch.
+    fn needs_relist(&self) -> bool {
+        self.is_expired() || matches!(self, Self::UnreadableDelete)
     }
 
     /// How long the server asked us to wait (429 Too Many Requests).
@@ -298,7 +313,7 @@ impl<K: Object> Reflector<K> {
                 None => match self.start_watch().await {
                     Ok(s) => s,
                     Err(e) => {
-                        need_list = e.is_expired();
+                        need_list = e.needs_relist();
                         self.wait_after(&e, &mut backoff).await;
                         continue;
                     }
@@ -307,7 +322,7 @@ impl<K: Object> Reflector<K> {
             match self.consume(stream).await {
                 WatchEnd::Closed => {}
                 WatchEnd::Failed(e) => {
-                    need_list = e.is_expired();
+                    need_list = e.needs_relist();
                     self.wait_after(&e, &mut backoff).await;
                 }
             }
@@ -342,7 +357,7 @@ impl<K: Object> Reflector<K> {
     }
 
     /// Decodes one raw object and applies the transform; a failure is
-    /// logged and counted, never fatal.
+    /// logged and counted (see [`Self::decode_failed`]), never fatal.
     fn decode(&self, raw: RawObject) -> Option<Arc<K>> {
         match raw.decode::<K>(self.config.strip_managed_fields) {
             Ok(mut obj) => {
@@ -365,15 +380,23 @@ impl<K: Object> Reflector<K> {
                 }
             }
             Err(error) => {
-                self.status
-                    .shared
-                    .decode_failures
-                    .fetch_add(1, Ordering::Relaxed);
-                let name = raw.name();
-                tracing::error!(%error, name, "failed to decode an object, skipping it");
+                self.decode_failed(&raw, &error);
                 None
             }
         }
+    }
+
+    /// Counts and logs an object that did not decode, naming it by the key
+    /// its metadata gives (`tfjob_operator_informer_decode_errors_total`).
+    fn decode_failed(&self, raw: &RawObject, error: &DecodeError) {
+        self.status
+            .shared
+            .decode_failures
+            .fetch_add(1, Ordering::Relaxed);
+        let key = raw
+            .key()
+            .map_or_else(|| "<unreadable metadata>".to_owned(), |k| k.to_string());
+        tracing::error!(%error, kind = %K::kind(&()), object = %key, "failed to decode an object; the cache keeps its last good copy");
     }
 }
 

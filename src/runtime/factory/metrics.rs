@@ -8,6 +8,7 @@
 //!
 //! It must never touch the informers' hot paths: a collector reads the
 //! counters the reflector keeps anyway, only when scraped.
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -37,6 +38,8 @@ pub(super) struct Snapshot {
     pub last_sync_resource_version: i64,
     pub cached_objects: i64,
     pub synced: bool,
+    /// The kind's resource (plural, lowercase), e.g. `pods`.
+    pub resource: String,
 }
 
 /// Yields the current snapshot of every informer.
@@ -80,6 +83,22 @@ impl Collector for InformerCollector {
             for (labels, snapshot) in &values {
                 ConstCounter::new(pick(snapshot)).encode(metric.encode_family(labels)?)?;
             }
+        }
+        // One series per resource, summed over its informers: a label set
+        // that outlives any one informer's scope, for alerts.
+        let mut decode_errors = BTreeMap::<&str, u64>::new();
+        for (_, snapshot) in &values {
+            *decode_errors.entry(&snapshot.resource).or_default() += snapshot.decode_failures;
+        }
+        let mut metric = encoder.encode_descriptor(
+            "tfjob_operator_informer_decode_errors",
+            "Objects from lists and watches that failed to decode (the cache kept its last good copy; an undecodable delete still deleted by key)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (resource, count) in decode_errors {
+            let labels = [("resource", resource)];
+            ConstCounter::new(count).encode(metric.encode_family(&labels)?)?;
         }
         let gauges: [(&str, &str, GaugePick); 3] = [
             (

@@ -12,6 +12,7 @@ use kube::core::WatchEvent;
 
 use super::watch::{WatchStreamState, is_decode_error};
 use super::{INITIAL_EVENTS_END_ANNOTATION, RawObject, Reflector, ReflectorError};
+use crate::runtime::delta_fifo::Undecodable;
 use crate::runtime::{Object, ObjectKey};
 
 impl<K: Object> Reflector<K> {
@@ -19,8 +20,10 @@ impl<K: Object> Reflector<K> {
     /// this resourceVersion — most objects, on a relist — the cached `Arc` is
     /// handed on and the text is never decoded: only its identity is read
     /// (a scan that allocates nothing). Otherwise the decoded object, or the
-    /// cached one if they turn out equal after all.
-    fn decode_listed(&self, raw: RawObject) -> Option<Arc<K>> {
+    /// cached one if they turn out equal after all. An object that does not
+    /// decode is noted in `undecodable`, so the relist keeps its cached copy
+    /// instead of tombstoning a live object.
+    fn decode_listed(&self, raw: RawObject, undecodable: &mut Undecodable) -> Option<Arc<K>> {
         if !self.fifo.knows_nothing()
             && let Some(id) = raw.identity()
             && let (Some(name), Some(rv)) = (id.name.as_deref(), id.resource_version.as_deref())
@@ -30,7 +33,17 @@ impl<K: Object> Reflector<K> {
                 return Some(cached);
             }
         }
-        self.decode(raw).map(|obj| self.fifo.reuse_unchanged(obj))
+        let key = raw.key();
+        let decoded = self.decode(raw);
+        if decoded.is_none() {
+            match key {
+                Some(key) => {
+                    undecodable.keys.insert(key);
+                }
+                None => undecodable.unknown_keys = true,
+            }
+        }
+        decoded.map(|obj| self.fifo.reuse_unchanged(obj))
     }
 
     /// A full (re)list into the FIFO. A streaming list returns its watch,
@@ -64,6 +77,7 @@ impl<K: Object> Reflector<K> {
         params.label_selector = self.config.label_selector.clone();
         params.field_selector = self.config.field_selector.clone();
         let mut objects = Vec::new();
+        let mut undecodable = Undecodable::default();
         let resource_version = loop {
             let page = self
                 .list_watch
@@ -73,7 +87,7 @@ impl<K: Object> Reflector<K> {
             objects.extend(
                 page.items
                     .into_iter()
-                    .filter_map(|raw| self.decode_listed(raw)),
+                    .filter_map(|raw| self.decode_listed(raw, &mut undecodable)),
             );
             match page.continue_token {
                 Some(token) => params.continue_token = Some(token),
@@ -81,7 +95,7 @@ impl<K: Object> Reflector<K> {
             }
         };
         tracing::debug!(target: "pipeline", stage = "1 reflector", kind = %K::kind(&()), objects = objects.len(), rv = %resource_version, "LIST done: replacing the FIFO's contents");
-        self.fifo.replace(objects);
+        self.fifo.replace_keeping(objects, &undecodable);
         self.status.set_resource_version(&resource_version);
         self.status.shared.lists.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -100,13 +114,19 @@ impl<K: Object> Reflector<K> {
         self.status.shared.watches.fetch_add(1, Ordering::Relaxed);
         let mut state = WatchStreamState::new(stream, timeout);
         let mut objects = Vec::new();
+        let mut undecodable = Undecodable::default();
         loop {
             match state.next().await {
                 None => return Err(ReflectorError::StreamingListIncomplete),
-                Some(Err(e)) if is_decode_error(&e) => self.count_bad_line(&e),
+                Some(Err(e)) if is_decode_error(&e) => {
+                    // An event we cannot read at all may have been any
+                    // object: none missing from this list is called deleted.
+                    self.count_bad_line(&e);
+                    undecodable.unknown_keys = true;
+                }
                 Some(Err(e)) => return Err(ReflectorError::Watch(e)),
                 Some(Ok(WatchEvent::Added(v) | WatchEvent::Modified(v))) => {
-                    objects.extend(self.decode_listed(v));
+                    objects.extend(self.decode_listed(v, &mut undecodable));
                 }
                 Some(Ok(WatchEvent::Deleted(_))) => {
                     // Initial events are the state at one resourceVersion:
@@ -123,7 +143,8 @@ impl<K: Object> Reflector<K> {
                         .is_some_and(|v| v == "true");
                     if ends {
                         tracing::debug!(target: "pipeline", stage = "1 reflector", kind = %K::kind(&()), objects = objects.len(), rv = %b.metadata.resource_version, "streaming LIST (WatchList) done: replacing the FIFO's contents");
-                        self.fifo.replace(std::mem::take(&mut objects));
+                        self.fifo
+                            .replace_keeping(std::mem::take(&mut objects), &undecodable);
                         self.status
                             .set_resource_version(&b.metadata.resource_version);
                         self.status.shared.lists.fetch_add(1, Ordering::Relaxed);

@@ -187,6 +187,70 @@ async fn a_relisted_object_the_cache_holds_at_that_version_is_not_decoded_again(
     assert_eq!(drain(&r.fifo), ["c: Replaced"]);
 }
 
+fn cached(objects: &[(&str, &str)]) -> Indexer<ConfigMap> {
+    let cache = Indexer::new();
+    for (name, rv) in objects {
+        let obj: ConfigMap = cm_json(name, rv).decode(false).unwrap();
+        cache.insert(Arc::new(obj));
+    }
+    cache
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_undecodable_relisted_object_keeps_its_cached_copy_and_is_not_tombstoned() {
+    let cache = cached(&[("a", "1"), ("b", "1")]);
+    let lw = ScriptedListWatch::new()
+        .list(Ok(page(
+            vec![broken_cm_json_at("a", "2"), cm_json("c", "3")],
+            "5",
+            None,
+        )))
+        .watch(open(vec![]));
+    let r = start_with_cache(lw, paginated(), cache);
+    settle(1.0).await;
+    assert_eq!(r.status.decode_failures(), 1);
+    // "a" is alive on the server: no tombstone, nothing queued. "b" is gone.
+    assert_eq!(
+        drain(&r.fifo),
+        ["c: Replaced", "b: DeletedFinalStateUnknown"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_undecodable_watch_delete_still_deletes_by_key() {
+    let cache = cached(&[("a", "1")]);
+    let lw = ScriptedListWatch::new()
+        .list(Ok(page(vec![cm_json("a", "1")], "1", None)))
+        .watch(open(vec![Ok(WatchEvent::Deleted(broken_cm_json_at(
+            "a", "5",
+        )))]));
+    let r = start_with_cache(lw, paginated(), cache);
+    settle(1.0).await;
+    assert_eq!(drain(&r.fifo), ["a: Replaced,DeletedFinalStateUnknown"]);
+    assert_eq!(r.status.decode_failures(), 1);
+    assert_eq!(r.status.last_sync_resource_version().as_deref(), Some("5"));
+    assert_eq!(r.lw.watch_calls().len(), 1, "the watch goes on");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_delete_without_a_readable_key_relists() {
+    let lw = ScriptedListWatch::new()
+        .list(Ok(page(vec![cm_json("a", "1")], "1", None)))
+        .watch(closing(vec![Ok(WatchEvent::Deleted(
+            nameless_broken_cm_json(),
+        ))]))
+        .list(Ok(page(vec![], "9", None)))
+        .watch(open(vec![]));
+    let r = start(lw, paginated());
+    settle(5.0).await;
+    assert_eq!(r.lw.list_calls().len(), 2, "relisted to find what is gone");
+    assert_eq!(
+        drain(&r.fifo),
+        ["a: Replaced,DeletedFinalStateUnknown"],
+        "the relist tombstones the deleted object"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_410_when_opening_the_watch_relists() {
     let lw = ScriptedListWatch::new()

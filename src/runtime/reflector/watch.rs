@@ -61,7 +61,11 @@ impl<K: Object> Reflector<K> {
             match event {
                 WatchEvent::Added(v) => self.push(v, DeltaFifo::add),
                 WatchEvent::Modified(v) => self.push(v, DeltaFifo::update),
-                WatchEvent::Deleted(v) => self.push(v, DeltaFifo::delete),
+                WatchEvent::Deleted(v) => {
+                    if let Err(e) = self.push_delete(v) {
+                        return WatchEnd::Failed(e);
+                    }
+                }
                 WatchEvent::Bookmark(b) => {
                     self.status
                         .set_resource_version(&b.metadata.resource_version);
@@ -73,15 +77,53 @@ impl<K: Object> Reflector<K> {
         }
     }
 
+    /// Queues an ADDED or MODIFIED event. One that does not decode is
+    /// counted and logged and changes nothing: the cache keeps its last good
+    /// copy (for an ADDED, there is none).
     fn push(&self, raw: RawObject, op: fn(&DeltaFifo<K>, Arc<K>)) {
-        if let Some(obj) = self.decode(raw) {
-            let rv = obj.meta().resource_version.clone();
-            tracing::debug!(target: "pipeline", stage = "1 reflector", kind = %K::kind(&()), key = %ObjectKey::of(obj.as_ref()).map(|k| k.to_string()).unwrap_or_default(), rv = rv.as_deref().unwrap_or(""), "WATCH event received");
-            op(&self.fifo, obj);
-            if let Some(rv) = rv {
-                self.status.set_resource_version(&rv);
-            }
+        if let Some(obj) = self.decode_event(raw) {
+            self.queue(obj, op);
         }
+    }
+
+    fn queue(&self, obj: Arc<K>, op: fn(&DeltaFifo<K>, Arc<K>)) {
+        let rv = obj.meta().resource_version.clone();
+        tracing::debug!(target: "pipeline", stage = "1 reflector", kind = %K::kind(&()), key = %ObjectKey::of(obj.as_ref()).map(|k| k.to_string()).unwrap_or_default(), rv = rv.as_deref().unwrap_or(""), "WATCH event received");
+        op(&self.fifo, obj);
+        if let Some(rv) = rv {
+            self.status.set_resource_version(&rv);
+        }
+    }
+
+    /// Queues a DELETED event. One whose final state does not decode still
+    /// deletes, by the key its metadata gives; without even that, the watch
+    /// ends and a relist finds what is gone.
+    fn push_delete(&self, raw: RawObject) -> Result<(), ReflectorError> {
+        let key = raw.key();
+        if let Some(obj) = self.decode_event(raw) {
+            self.queue(obj, DeltaFifo::delete);
+            return Ok(());
+        }
+        let Some(key) = key else {
+            return Err(ReflectorError::UnreadableDelete);
+        };
+        tracing::warn!(kind = %K::kind(&()), object = %key, "deleting by key an object whose final state did not decode");
+        self.fifo.delete_key(key);
+        Ok(())
+    }
+
+    /// Decodes a watched object; on failure, moves the resourceVersion on
+    /// past the event all the same (it was read, and re-reading it would
+    /// not decode either).
+    fn decode_event(&self, raw: RawObject) -> Option<Arc<K>> {
+        let rv = raw.resource_version();
+        let decoded = self.decode(raw);
+        if decoded.is_none()
+            && let Some(rv) = rv
+        {
+            self.status.set_resource_version(&rv);
+        }
+        decoded
     }
 }
 
