@@ -43,7 +43,7 @@ use tokio::sync::mpsc;
 use crate::runtime::metrics::SharedRegistry;
 
 pub use correlator::{Decision, EventCorrelator, SPAM_BURST, SPAM_REFILL_EVERY, TokenBucket};
-pub use writer::{EventBroadcaster, EventError};
+pub use writer::{ApiEventSink, EventBroadcaster, EventError, EventSink};
 
 /// client-go's broadcaster queue length.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1000;
@@ -179,7 +179,7 @@ pub fn event_recorder(
         }),
         metrics: metrics.clone(),
     };
-    let broadcaster = EventBroadcaster::new(rx, client, metrics);
+    let broadcaster = EventBroadcaster::new(rx, Arc::new(ApiEventSink::new(client)), metrics);
     (recorder, broadcaster)
 }
 
