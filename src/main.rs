@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use kube::api::{Api, ListParams};
 use tfjob_operator::api::TFJob;
 use tfjob_operator::runtime::InformerFactory;
-use tfjob_operator::runtime::client::RateLimitLayer;
+use tfjob_operator::runtime::client::{RateLimitLayer, RequestTimeoutLayer};
 use tfjob_operator::runtime::leader_election::LeaderElectionConfig;
 use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
 use tfjob_operator::tfjob::controller::{Options, setup};
@@ -86,6 +86,10 @@ struct RunArgs {
     /// Burst above `--kube-api-qps`.
     #[arg(long, env = "KUBE_API_BURST", default_value_t = 30)]
     kube_api_burst: u32,
+    /// Seconds a read or write to the API server may take to answer (a
+    /// watch gets its own timeoutSeconds plus 30 s).
+    #[arg(long, env = "KUBE_API_TIMEOUT_SECONDS", default_value_t = 30)]
+    kube_api_timeout_seconds: u64,
     /// Seconds to let in-flight reconciles finish on SIGTERM.
     #[arg(long, env = "GRACEFUL_SHUTDOWN_SECONDS", default_value_t = 30)]
     graceful_shutdown_seconds: u64,
@@ -139,12 +143,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = kube::Config::infer()
         .await
         .context("failed to find cluster credentials: set KUBECONFIG or run in a Pod")?;
+    let timeout = RequestTimeoutLayer::new(Duration::from_secs(args.kube_api_timeout_seconds));
+    let builder = kube::client::ClientBuilder::try_from(config)?.with_layer(&timeout);
     let client = if args.kube_api_qps > 0.0 {
-        kube::client::ClientBuilder::try_from(config)?
+        builder
             .with_layer(&RateLimitLayer::new(args.kube_api_qps, args.kube_api_burst))
             .build()
     } else {
-        kube::Client::try_from(config)?
+        builder.build()
     };
     check_crd_installed(&client, args.namespace.as_deref()).await?;
 
