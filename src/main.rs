@@ -8,8 +8,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use kube::api::{Api, ListParams};
 use tfjob_operator::api::TFJob;
 use tfjob_operator::runtime::InformerFactory;
-use tfjob_operator::runtime::client::RateLimitLayer;
 use tfjob_operator::runtime::client::metrics::RestClientMetricsLayer;
+use tfjob_operator::runtime::client::{RateLimitLayer, RequestTimeoutLayer};
 use tfjob_operator::runtime::flags::{
     BindAddress, SERVICE_ACCOUNT_NAMESPACE, leader_election_namespace,
 };
@@ -113,6 +113,10 @@ struct RunArgs {
         default_value_t = 300
     )]
     force_delete_stuck_pods_after_seconds: u64,
+    /// Seconds a read or write to the API server may take to answer (a
+    /// watch gets its own timeoutSeconds plus 30 s).
+    #[arg(long, env = "KUBE_API_TIMEOUT_SECONDS", default_value_t = 30)]
+    kube_api_timeout_seconds: u64,
     /// Seconds to let in-flight reconciles finish on SIGTERM.
     #[arg(long, env = "GRACEFUL_SHUTDOWN_SECONDS", default_value_t = 30)]
     graceful_shutdown_seconds: u64,
@@ -181,7 +185,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .map(|a| a.to_string())
         .unwrap_or_default();
     let rest_metrics = RestClientMetricsLayer::new(host);
-    let builder = kube::client::ClientBuilder::try_from(config)?.with_layer(&rest_metrics);
+    let timeout = RequestTimeoutLayer::new(Duration::from_secs(args.kube_api_timeout_seconds));
+    // Metrics outermost, so a request cut by its deadline is counted too.
+    let builder = kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&timeout)
+        .with_layer(&rest_metrics);
     let client = if args.kube_api_qps > 0.0 {
         builder
             .with_layer(&RateLimitLayer::new(args.kube_api_qps, args.kube_api_burst))

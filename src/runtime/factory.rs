@@ -51,7 +51,8 @@ pub struct WatchConfig {
     pub namespace: Option<String>,
     pub label_selector: Option<String>,
     pub field_selector: Option<String>,
-    /// Re-deliver every cached object this often; `None`: never.
+    /// Re-deliver every cached object this often, to handlers registered
+    /// with `add_event_handler_with_resync`; `None`: never.
     pub resync: Option<Duration>,
 }
 
@@ -397,6 +398,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("tfjob_operator_informer_synced{"), "{text}");
+        assert!(
+            text.contains("tfjob_operator_informer_decode_failures_total{"),
+            "{text}"
+        );
     }
 
     #[tokio::test]

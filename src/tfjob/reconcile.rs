@@ -212,7 +212,7 @@ impl TfJobReconciler {
                 candidates.push(obj);
             }
         }
-        let claimed = claim(uid, &child_selector(name), candidates);
+        let claimed = claim(&job.metadata, &child_selector(name), candidates);
         let mut owned = claimed.owned;
         if claimed.adopt.is_empty() && claimed.release.is_empty() {
             return Ok(owned);

@@ -71,7 +71,7 @@ impl Collector for InformerCollector {
             ),
             (
                 "tfjob_operator_informer_decode_failures",
-                "Objects that failed to decode and were skipped",
+                "Objects from lists and watches that failed to decode (the cache kept its last good copy; an undecodable delete still deleted by key)",
                 |s| s.decode_failures,
             ),
         ];
