@@ -69,6 +69,18 @@ cluster-down: ## Stop the local control plane and remove its data
 e2e: cluster-tools ## The end-to-end suite on a freshly started local control plane (torn down even on failure)
 	bash e2e/run-suite.sh
 
+.PHONY: e2e-kubeflow-crd
+e2e-kubeflow-crd: cluster-tools ## Only the core e2e scenarios under Kubeflow's own TFJob CRD (crd.install=false users), on a fresh local cluster
+	bash e2e/run-suite.sh --kubeflow-crd-only
+
+.PHONY: kueue-up
+kueue-up: cluster-tools ## Start Kueue next to the running local cluster (stop: make kueue-down)
+	bash e2e/kueue.sh up
+
+.PHONY: kueue-down
+kueue-down: ## Stop Kueue and remove its webhooks
+	bash e2e/kueue.sh down
+
 .PHONY: demo
 demo: ## Build, start the local control plane, run the operator and examples/, watch them live (stays up)
 	bash e2e/demo.sh
