@@ -163,9 +163,9 @@ json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout)
 
 remove_webhooks() {
   [[ -f "$D/kubeconfig" ]] || return 0
-  kubectl_admin delete mutatingwebhookconfiguration tfjob-e2e-kueue-mutating \
+  kubectl_admin delete --request-timeout=10s mutatingwebhookconfiguration tfjob-e2e-kueue-mutating \
     --ignore-not-found --wait=false >/dev/null 2>&1 || true
-  kubectl_admin delete validatingwebhookconfiguration tfjob-e2e-kueue-validating \
+  kubectl_admin delete --request-timeout=10s validatingwebhookconfiguration tfjob-e2e-kueue-validating \
     --ignore-not-found --wait=false >/dev/null 2>&1 || true
 }
 
