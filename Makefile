@@ -73,6 +73,18 @@ e2e: cluster-tools ## The end-to-end suite on a freshly started local control pl
 test-observability: cluster-tools ## Metrics vs docs/metrics.md, every dashboard query and alert rule, on a real Prometheus (the running cluster, or a fresh one)
 	bash e2e/observability.sh
 
+.PHONY: e2e-kubeflow-crd
+e2e-kubeflow-crd: cluster-tools ## Only the core e2e scenarios under Kubeflow's own TFJob CRD (crd.install=false users), on a fresh local cluster
+	bash e2e/run-suite.sh --kubeflow-crd-only
+
+.PHONY: kueue-up
+kueue-up: cluster-tools ## Start Kueue next to the running local cluster (stop: make kueue-down)
+	bash e2e/kueue.sh up
+
+.PHONY: kueue-down
+kueue-down: ## Stop Kueue and remove its webhooks
+	bash e2e/kueue.sh down
+
 .PHONY: demo
 demo: ## Build, start the local control plane, run the operator and examples/, watch them live (stays up)
 	bash e2e/demo.sh

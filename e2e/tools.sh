@@ -6,10 +6,14 @@
 #   kwok                        go install sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION
 #   helm                        go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION
 #   prometheus, promtool        go install github.com/prometheus/prometheus/cmd/...@$PROMETHEUS_VERSION
+#   kueue                       go install sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION (e2e/kueue.sh runs it;
+#                               its CRDs and webhook manifests are read from the module cache at run time)
 # Versions are pinned in e2e/versions.env; each tool lands in
 # $TFJOB_CACHE_DIR/tools/<tool>-<version>/ and is never rebuilt while that
-# directory exists. A cold run compiles Kubernetes: roughly 5-15 minutes on 2 cores.
-# Prints nothing but progress; `bash e2e/tools.sh --bin-dir` prints the bin dir.
+# directory exists. A cold run compiles Kubernetes: roughly 5-15 minutes on 2 cores
+# (Kueue adds about 3 more).
+# Prints nothing but progress; `bash e2e/tools.sh --bin-dir` prints the bin dir,
+# `--kueue-bin` the Kueue binary (TFJOB_KUEUE_BIN, when set, names another one).
 set -euo pipefail
 export LOG_TAG=tools
 # shellcheck source=e2e/lib.sh
@@ -146,6 +150,23 @@ link_prometheus() {
   ln -sf "$(prometheus_dir)/bin/promtool" "$(bin_dir)/promtool"
 }
 
+kueue_dir() { echo "$TOOLS_DIR/kueue-$KUEUE_VERSION"; }
+
+# Kueue is not linked into the bin dir (whose name is keyed by the control
+# plane's versions): only e2e/kueue.sh runs it, through `--kueue-bin`.
+build_kueue() {
+  local dir
+  dir=$(kueue_dir)
+  [[ -x "$dir/bin/kueue" ]] && return
+  log "building Kueue $KUEUE_VERSION (go install; about 3 minutes cold)"
+  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
+  # The stamp shows in Kueue's first log line ("Initializing", gitVersion).
+  local ldflags="-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+  with_progress "Kueue $KUEUE_VERSION" "$dir.tmp/build.log" \
+    env GOBIN="$dir.tmp/bin" go install -v -trimpath -ldflags "$ldflags" "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+  finish "$dir"
+}
+
 link_bin_dir() {
   local dir
   dir=$(bin_dir)
@@ -162,6 +183,10 @@ link_bin_dir() {
 main() {
   if [[ "${1:-}" == "--bin-dir" ]]; then
     bin_dir
+    return 0
+  fi
+  if [[ "${1:-}" == "--kueue-bin" ]]; then
+    echo "${TFJOB_KUEUE_BIN:-$(kueue_dir)/bin/kueue}"
     return 0
   fi
   command -v go >/dev/null || die "go is needed to build the control plane (see README, 'Local cluster')"
@@ -185,6 +210,7 @@ main() {
   build_kwok
   build_helm
   build_prometheus
+  [[ -n "${TFJOB_KUEUE_BIN:-}" ]] || build_kueue
   link_bin_dir
   link_prometheus
   log "tools ready in $(bin_dir) ($((SECONDS - start)) s)"

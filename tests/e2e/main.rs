@@ -22,6 +22,8 @@ mod support;
 mod examples;
 mod helm;
 mod informer;
+mod kubeflow_crd;
+mod kueue;
 mod lost_node;
 mod manager;
 mod observability;
