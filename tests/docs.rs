@@ -433,3 +433,75 @@ fn a_log_line_parses_into_target_message_and_field_names() {
     assert_eq!(log.fields, ["stage", "key", "pods"]);
     assert!(parse_log_line("kubectl get pods").is_none());
 }
+
+/// The test names under `dir` (functions after a `#[test]`-like attribute)
+/// and the module paths of its files, for matching `cargo test` filters.
+fn test_names(dir: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut files = Vec::new();
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    walk(&repo_root().join(dir), &mut files);
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let module = rel(&file).replace('/', "::");
+        let mut after_attribute = false;
+        for line in text.lines().map(str::trim) {
+            if line.starts_with("#[test]") || line.starts_with("#[tokio::test") {
+                after_attribute = true;
+            } else if after_attribute && line.contains("fn ") {
+                let name = line.split("fn ").nth(1).unwrap_or_default();
+                let name: String = name
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                names.push(format!("{module}::{name}"));
+                after_attribute = false;
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn every_cargo_test_filter_in_docs_selects_at_least_one_test() {
+    let lib = test_names("src");
+    let e2e = test_names("tests/e2e");
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for chapter in chapters() {
+        let doc = rel(&chapter);
+        let text = std::fs::read_to_string(&chapter).expect("a readable chapter");
+        for (i, line) in text.lines().enumerate() {
+            let Some(command) = line.split("cargo test ").nth(1) else {
+                continue;
+            };
+            let words: Vec<&str> = command
+                .split(|c: char| c.is_whitespace() || c == '`')
+                .filter(|w| !w.is_empty())
+                .collect();
+            let (names, filter) = match words.as_slice() {
+                ["--lib", filter, ..] if !filter.starts_with('-') => (&lib, *filter),
+                ["--test", "e2e", filter, ..] if !filter.starts_with('-') => (&e2e, *filter),
+                _ => continue,
+            };
+            checked += 1;
+            if !names.iter().any(|n| n.contains(filter)) {
+                problems.push(format!(
+                    "{doc}:{}: `cargo test … {filter}` selects no test",
+                    i + 1
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(checked > 20, "only {checked} cargo test filters found in docs/");
+}
