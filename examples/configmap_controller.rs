@@ -100,7 +100,8 @@ impl Reconciler for Summarizer {
         // Write back: the summary's name on the source, once.
         let noted = source.annotations().get(SUMMARY_ANNOTATION) == Some(&name);
         if !noted {
-            let patch = serde_json::json!({"metadata": {"annotations": {SUMMARY_ANNOTATION: name}}});
+            let patch =
+                serde_json::json!({"metadata": {"annotations": {SUMMARY_ANNOTATION: name}}});
             let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
             api.patch(key.name(), &PatchParams::default(), &Patch::Merge(&patch))
                 .await

@@ -165,7 +165,10 @@ fn check_excerpt(doc: &str, block: &Block, source: &str, problems: &mut Vec<Stri
                     );
                 }
                 if from > 0 {
-                    let _ = write!(msg, "\n    (searched after {source}:{from}, where the previous part ended)");
+                    let _ = write!(
+                        msg,
+                        "\n    (searched after {source}:{from}, where the previous part ended)"
+                    );
                 }
                 problems.push(msg);
                 return;
@@ -241,7 +244,10 @@ fn parse_log_line(line: &str) -> Option<LogLine> {
         })
     };
     let words: Vec<&str> = rest.split(' ').collect();
-    let first_field = words.iter().position(|w| is_field(w)).unwrap_or(words.len());
+    let first_field = words
+        .iter()
+        .position(|w| is_field(w))
+        .unwrap_or(words.len());
     Some(LogLine {
         target: target.to_owned(),
         message: words[..first_field].join(" "),
@@ -278,7 +284,9 @@ fn files_for<'a>(target: &str, all: &'a [(PathBuf, String)]) -> Vec<&'a (PathBuf
     if target == "pipeline" {
         return all.iter().collect();
     }
-    let module = target.trim_start_matches("tfjob_operator::").replace("::", "/");
+    let module = target
+        .trim_start_matches("tfjob_operator::")
+        .replace("::", "/");
     let candidates = [
         repo_root().join(format!("src/{module}.rs")),
         repo_root().join(format!("src/{module}/mod.rs")),
@@ -404,7 +412,8 @@ fn every_log_line_in_docs_is_one_our_code_prints_with_those_fields() {
 
 #[test]
 fn an_excerpt_that_drifted_is_reported_with_doc_line_and_source() {
-    let doc = "<!-- excerpt: src/lib.rs -->\n```rust\npub mod api;\npub mod nothing_like_this;\n```\n";
+    let doc =
+        "<!-- excerpt: src/lib.rs -->\n```rust\npub mod api;\npub mod nothing_like_this;\n```\n";
     let blocks = fenced_blocks(doc);
     let mut problems = Vec::new();
     check_excerpt("docs/x.md", &blocks[0], "src/lib.rs", &mut problems);
@@ -415,12 +424,24 @@ fn an_excerpt_that_drifted_is_reported_with_doc_line_and_source() {
 
 #[test]
 fn an_elided_excerpt_matches_its_parts_in_order_and_not_out_of_order() {
-    let in_order = "<!-- excerpt: src/lib.rs -->\n```rust\npub mod api;\n// ...\npub mod tfjob;\n```\n";
-    let reversed = "<!-- excerpt: src/lib.rs -->\n```rust\npub mod tfjob;\n// ...\npub mod api;\n```\n";
+    let in_order =
+        "<!-- excerpt: src/lib.rs -->\n```rust\npub mod api;\n// ...\npub mod tfjob;\n```\n";
+    let reversed =
+        "<!-- excerpt: src/lib.rs -->\n```rust\npub mod tfjob;\n// ...\npub mod api;\n```\n";
     let mut problems = Vec::new();
-    check_excerpt("a.md", &fenced_blocks(in_order)[0], "src/lib.rs", &mut problems);
+    check_excerpt(
+        "a.md",
+        &fenced_blocks(in_order)[0],
+        "src/lib.rs",
+        &mut problems,
+    );
     assert!(problems.is_empty(), "{problems:?}");
-    check_excerpt("b.md", &fenced_blocks(reversed)[0], "src/lib.rs", &mut problems);
+    check_excerpt(
+        "b.md",
+        &fenced_blocks(reversed)[0],
+        "src/lib.rs",
+        &mut problems,
+    );
     assert_eq!(problems.len(), 1, "{problems:?}");
 }
 
@@ -503,5 +524,8 @@ fn every_cargo_test_filter_in_docs_selects_at_least_one_test() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
-    assert!(checked > 20, "only {checked} cargo test filters found in docs/");
+    assert!(
+        checked > 20,
+        "only {checked} cargo test filters found in docs/"
+    );
 }

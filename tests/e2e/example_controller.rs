@@ -86,7 +86,12 @@ async fn the_tutorials_configmap_controller_summarizes_restores_and_is_garbage_c
         .create(&PostParams::default(), &source)
         .await
         .expect("the source ConfigMap is created");
-    wait_for_summary(&api, &data(&[("keys", "a,b"), ("bytes", "11")]), "the summary").await;
+    wait_for_summary(
+        &api,
+        &data(&[("keys", "a,b"), ("bytes", "11")]),
+        "the summary",
+    )
+    .await;
     let summary = api.get("greeting-summary").await.expect("the summary");
     let owner = summary
         .metadata
@@ -97,7 +102,11 @@ async fn the_tutorials_configmap_controller_summarizes_restores_and_is_garbage_c
         .expect("the summary has a controller ownerReference");
     assert_eq!(owner.uid, created.metadata.uid.clone().unwrap_or_default());
     assert_eq!(
-        summary.metadata.labels.unwrap_or_default().get(SUMMARY_LABEL),
+        summary
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get(SUMMARY_LABEL),
         Some(&"greeting".to_owned())
     );
     wait_until("the summary annotation on the source", REACT, || async {
@@ -188,7 +197,10 @@ async fn every_trace_line_chapter_0_shows_is_printed_by_the_operator_with_trace_
             .lines()
             .count()
     };
-    wait_until("the job's two Pods", REACT, || async { (pods() == 2).then_some(()) }).await;
+    wait_until("the job's two Pods", REACT, || async {
+        (pods() == 2).then_some(())
+    })
+    .await;
     wait_until("the job to be Running", REACT, || async {
         let state = run_ok(kubectl().args([
             "get",
@@ -203,15 +215,21 @@ async fn every_trace_line_chapter_0_shows_is_printed_by_the_operator_with_trace_
     })
     .await;
     run_ok(kubectl().args(["delete", "tfjob", "tfjob-simple", "-n", &ns, "--wait=true"]));
-    wait_until("the garbage collector to delete the Pods", REACT, || async {
-        (pods() == 0).then_some(())
-    })
+    wait_until(
+        "the garbage collector to delete the Pods",
+        REACT,
+        || async { (pods() == 0).then_some(()) },
+    )
     .await;
 
     let chapter = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/00-one-event.md");
     let doc = std::fs::read_to_string(chapter).expect("docs/00-one-event.md");
     let shown: Vec<(String, Vec<String>)> = doc.lines().filter_map(trace_shape).collect();
-    assert!(shown.len() > 10, "chapter 0 shows only {} trace lines", shown.len());
+    assert!(
+        shown.len() > 10,
+        "chapter 0 shows only {} trace lines",
+        shown.len()
+    );
     // The log is written as events arrive: poll it until every shape is there.
     let deadline = tokio::time::Instant::now() + REACT;
     loop {
