@@ -29,9 +29,10 @@ clippy:
 	cargo clippy --all-targets -- -D warnings
 
 .PHONY: unit
-unit: ## Unit, property and doc tests (no cluster needed)
+unit: ## Unit, property and doc tests, and the docs/ drift guard (no cluster needed)
 	cargo test --lib --bins
 	cargo test --doc
+	cargo test --test docs
 
 .PHONY: crd
 crd: ## Regenerate crds/ (and the chart's copy) from the Rust types
