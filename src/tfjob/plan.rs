@@ -245,7 +245,7 @@ fn plan_into(
 
     if is_finished(&p.status) {
         let stop = books.stop_unfinished;
-        finish(p, &spec, &children, obs.now, stop);
+        finish(p, &spec, &children, obs.now, stop, true);
         return;
     }
     if spec.suspend {
@@ -294,7 +294,7 @@ fn plan_into(
             let msg =
                 format!("Job {name} has failed because it has reached the specified backoff limit");
             fail(p, msg, &now);
-            finish(p, &spec, &children, obs.now, true);
+            finish(p, &spec, &children, obs.now, true, false);
             return;
         }
     }
@@ -308,7 +308,7 @@ fn plan_into(
                 "Job {name} has failed because it was active longer than specified deadline"
             );
             fail(p, msg, &now);
-            finish(p, &spec, &children, obs.now, true);
+            finish(p, &spec, &children, obs.now, true, false);
             return;
         }
         p.requeue_in(duration_between(obs.now, ends));
@@ -351,7 +351,7 @@ fn plan_into(
     }
     update_conditions(p, &spec, &tally, name, namespace, &now);
     if is_finished(&p.status) {
-        finish(p, &spec, &children, obs.now, false);
+        finish(p, &spec, &children, obs.now, false, false);
         return;
     }
 
@@ -744,12 +744,18 @@ fn update_conditions(
 /// Pods whatever the policy, but keeps finished ones for their logs; it is
 /// remembered, so a stop that failed is retried on every pass until the
 /// Pods are gone, and `active` shows how many still run meanwhile.
+///
+/// `finished_before`: the job was already finished when this pass began.
+/// Only then may the TTL delete it: a job that finishes in this pass must
+/// first have that written (and counted in the job metrics), so with
+/// `ttlSecondsAfterFinished: 0` it is deleted on the next pass, at once.
 fn finish(
     p: &mut Plan,
     spec: &JobSpec,
     children: &Children<'_>,
     now: Timestamp,
     stop_unfinished: bool,
+    finished_before: bool,
 ) {
     let policy = match (spec.clean_pod_policy, stop_unfinished) {
         (CleanPodPolicy::All, _) => CleanPodPolicy::All,
@@ -797,7 +803,7 @@ fn finish(
             .0
             .saturating_add(jiff::SignedDuration::from_secs(i64::from(ttl)))
             .unwrap_or(done.0);
-        if now >= expires {
+        if now >= expires && finished_before {
             p.actions.push(Action::DeleteJob);
         } else {
             p.requeue_in(duration_between(now, expires));

@@ -1143,3 +1143,22 @@ fn a_pod_being_deleted_normally_is_never_force_deleted() {
             .any(|a| matches!(a, Action::DeletePod { force: true, .. }))
     );
 }
+
+#[test]
+fn with_a_ttl_of_zero_success_is_written_before_the_job_is_deleted() {
+    let w = World::new(
+        TfJobFixture::new("j")
+            .chief(1)
+            .ttl_seconds_after_finished(0),
+    )
+    .pod(Chief, 0, "Succeeded", Some(0))
+    .with_services();
+    let (w, p) = w.settle();
+    assert_eq!(last_condition(&p).0, "Succeeded");
+    assert!(
+        !p.actions.contains(&Action::DeleteJob),
+        "the success must be written (and counted) first"
+    );
+    assert_eq!(p.requeue_after, Some(Duration::ZERO));
+    assert!(w.plan().actions.contains(&Action::DeleteJob));
+}
