@@ -350,6 +350,7 @@ fn plan_into(
         p.event(true, reason.clone(), message.clone());
     }
     update_conditions(p, &spec, &tally, name, namespace, &now);
+    explain_unscheduled(p, &tally, name);
     if is_finished(&p.status) {
         finish(p, &spec, &children, obs.now, false, false);
         return;
@@ -736,6 +737,35 @@ fn update_conditions(
             now,
         );
         p.status.completion_time.get_or_insert(now.clone());
+    }
+}
+
+/// Beyond Kubeflow (#999): a job that is not running yet because its Pods
+/// cannot be scheduled says so in its `Created` condition's message (type
+/// and reason stay Kubeflow's), instead of sitting in `Created` with no
+/// clue; the message goes back to plain once nothing is unschedulable.
+fn explain_unscheduled(p: &mut Plan, t: &Tally, name: &str) {
+    let started = is_true(&p.status, condition::RUNNING) || is_finished(&p.status);
+    let unschedulable: Vec<&String> = t
+        .abnormal
+        .iter()
+        .filter(|(reason, _)| reason == "Unschedulable" && !started)
+        .map(|(_, message)| message)
+        .collect();
+    let message = match unschedulable.first() {
+        Some(first) => format!(
+            "TFJob {name} is created. {} Pod(s) cannot be scheduled; first: {first}",
+            unschedulable.len()
+        ),
+        None => format!("TFJob {name} is created."),
+    };
+    if let Some(created) = p
+        .status
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == condition::CREATED)
+    {
+        created.message = Some(message);
     }
 }
 

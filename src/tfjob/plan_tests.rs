@@ -1162,3 +1162,35 @@ fn with_a_ttl_of_zero_success_is_written_before_the_job_is_deleted() {
     assert_eq!(p.requeue_after, Some(Duration::ZERO));
     assert!(w.plan().actions.contains(&Action::DeleteJob));
 }
+
+#[test]
+fn a_job_whose_pods_cannot_be_scheduled_says_so_in_its_created_condition() {
+    let mut w = World::new(TfJobFixture::new("j").workers(1))
+        .pod(Worker, 0, "Pending", None)
+        .with_services();
+    let mut pod = (*w.pods[0]).clone();
+    pod.status.as_mut().unwrap().conditions = Some(vec![PodCondition {
+        type_: "PodScheduled".into(),
+        status: "False".into(),
+        reason: Some("Unschedulable".into()),
+        message: Some("0/4 nodes are available: 4 Insufficient nvidia.com/gpu.".into()),
+        ..Default::default()
+    }]);
+    w.pods[0] = Arc::new(pod);
+    let created = |p: &Plan| {
+        p.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Created")
+            .and_then(|c| c.message.clone())
+            .unwrap_or_default()
+    };
+    let (w, p) = w.settle();
+    let msg = created(&p);
+    assert!(msg.contains("1 Pod(s) cannot be scheduled"), "{msg}");
+    assert!(msg.contains("Insufficient nvidia.com/gpu"), "{msg}");
+    assert_eq!(last_condition(&p), ("Created", "True", "TFJobCreated"));
+    // Scheduled and running: the message is plain again.
+    let p = w.incarnation(Worker, 0, 1, "Running", None).plan();
+    assert_eq!(created(&p), "TFJob j is created.");
+}
