@@ -14,11 +14,12 @@
 //! - connecting: kube's 30 s connect timeout; a stalled socket write: kube's
 //!   295 s write timeout.
 //!
-//! Not reached yet: noticing a half-open connection within ~45 s, as
+//! Not reached: noticing a half-open connection within ~45 s, as
 //! client-go's HTTP/2 health check does (30 s read-idle, then a 15 s ping).
-//! kube 5 speaks HTTP/1.1 here and builds its own TCP connector, so there is
-//! no ping and no TCP keepalive to set; a dead watch is noticed at its
-//! `timeoutSeconds` + 30 s, a dead read or write at its 30 s deadline.
+//! kube 5 speaks HTTP/1.1 here, so there is no ping; a dead watch is
+//! noticed after 90 s without a frame (the server sends a bookmark about
+//! every minute: `reflector/watch.rs`), a dead read or write at its 30 s
+//! deadline.
 use std::task::{Context, Poll};
 use std::time::Duration;
 

@@ -474,3 +474,26 @@ async fn a_silent_watch_is_abandoned_after_its_timeout_plus_grace() {
     settle(2.0).await;
     assert_eq!(r.lw.watch_calls().len(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_silent_for_90_seconds_is_abandoned_long_before_its_deadline() {
+    // The server promises a bookmark about every minute: 90 s of nothing on
+    // a 10-minute watch means a dead connection.
+    let lw = ScriptedListWatch::new()
+        .list(Ok(page(vec![], "5", None)))
+        .watch(open(vec![]))
+        .watch(open(vec![]));
+    let config = ReflectorConfig {
+        watch_timeout: (Duration::from_secs(600), Duration::from_secs(600)),
+        ..paginated()
+    };
+    let r = start(lw, config);
+    settle(89.0).await;
+    assert_eq!(r.lw.watch_calls().len(), 1);
+    settle(2.0).await;
+    assert_eq!(
+        r.lw.watch_calls().len(),
+        2,
+        "re-watched after 90 s of silence"
+    );
+}

@@ -132,9 +132,19 @@ pub(super) fn is_decode_error(error: &kube::Error) -> bool {
     matches!(error, kube::Error::SerdeError(_))
 }
 
+/// How long an open watch may stay silent. The API server's watch cache
+/// sends every watcher that asked for bookmarks (we always do) a bookmark
+/// roughly every minute (`defaultBookmarkFrequency` in k8s.io/apiserver's
+/// cacher), events or not; nothing for 90 s means the connection is dead or
+/// half-open, so the watch is abandoned and re-opened instead of waiting for
+/// its 5-10 minute deadline. (client-go notices within ~45 s with HTTP/2
+/// pings; over HTTP/1.1 the bookmark is the only heartbeat there is.)
+pub(super) const WATCH_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
 /// An open watch with a client-side deadline: the server should close it at
 /// the requested timeout; if it has not 30 s later, the connection is
-/// presumed dead (a half-open TCP connection sends nothing, forever).
+/// presumed dead (a half-open TCP connection sends nothing, forever). A
+/// watch silent for [`WATCH_IDLE_TIMEOUT`] is presumed dead sooner.
 pub(super) struct WatchStreamState {
     stream: RawWatchStream,
     opened: tokio::time::Instant,
@@ -154,7 +164,10 @@ impl WatchStreamState {
     }
 
     pub(super) async fn next(&mut self) -> Option<Result<WatchEvent<RawObject>, kube::Error>> {
-        let next = tokio::time::timeout_at(self.deadline, self.stream.next())
+        let until = self
+            .deadline
+            .min(tokio::time::Instant::now() + WATCH_IDLE_TIMEOUT);
+        let next = tokio::time::timeout_at(until, self.stream.next())
             .await
             .ok()
             .flatten();
