@@ -523,6 +523,7 @@ impl TfJobReconciler {
             Ok(stored) => {
                 self.metrics
                     .record_transition(&namespace, job.status.as_ref(), &plan.status);
+                log_state_change(key, job.status.as_ref(), &plan.status);
                 if let Some(before) = job.metadata.resource_version.as_deref() {
                     self.written.remember(key, before, stored);
                 }
@@ -533,6 +534,34 @@ impl TfJobReconciler {
                 source,
             }),
         }
+    }
+}
+
+/// One info line when a job's state (its last condition) changes, so an
+/// operator log tells a job's story without debug logging.
+fn log_state_change(
+    key: &ObjectKey,
+    old: Option<&crate::api::TFJobStatus>,
+    new: &crate::api::TFJobStatus,
+) {
+    let state = |s: &crate::api::TFJobStatus| {
+        s.conditions
+            .last()
+            .map(|c| (c.type_.clone(), c.status.clone()))
+    };
+    let after = state(new);
+    if old.and_then(state) == after {
+        return;
+    }
+    if let Some(last) = new.conditions.last() {
+        tracing::info!(
+            job = %key,
+            state = %last.type_,
+            status = %last.status,
+            reason = last.reason.as_deref().unwrap_or_default(),
+            message = last.message.as_deref().unwrap_or_default(),
+            "job state changed"
+        );
     }
 }
 

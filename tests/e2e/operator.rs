@@ -136,6 +136,10 @@ pub struct Operator {
     pub metrics_port: u16,
     pub probe_port: u16,
     pub log: PathBuf,
+    /// How it was started, to start it again on other ports if a parallel
+    /// test's process took one of ours between `free_port` and the bind.
+    extra_args: Vec<String>,
+    kubeconfig: Option<PathBuf>,
 }
 
 impl Operator {
@@ -152,6 +156,7 @@ impl Operator {
         std::fs::create_dir_all(&logs).expect("the cluster logs dir");
         let log = logs.join(format!("operator-{namespace}-{metrics_port}.log"));
         let file = std::fs::File::create(&log).expect("the operator log file");
+        let kubeconfig_arg = kubeconfig.clone();
         let kubeconfig = kubeconfig.unwrap_or_else(|| cluster_dir().join("kubeconfig"));
         let child = Command::new(env!("CARGO_BIN_EXE_tfjob-operator"))
             .arg("run")
@@ -179,32 +184,48 @@ impl Operator {
             metrics_port,
             probe_port,
             log,
+            extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
+            kubeconfig: kubeconfig_arg,
         }
     }
 
     /// Waits until `/readyz` answers 200 (caches synced).
     pub async fn wait_ready(&mut self) {
-        let port = self.probe_port;
-        let log = self.log.clone();
-        let child = self.child.as_mut().expect("a running operator");
-        wait_until(
-            &format!("the operator to be ready (log: {})", log.display()),
-            Duration::from_secs(60),
-            || {
-                let exited = child.try_wait().ok().flatten();
-                let log = log.clone();
-                async move {
-                    if let Some(status) = exited {
-                        let tail = std::fs::read_to_string(&log).unwrap_or_default();
-                        panic!("the operator exited with {status}:\n{tail}");
+        // `free_port` releases the port before the operator binds it, so a
+        // parallel test's operator can take it first: start again on fresh
+        // ports (twice at most) rather than fail the test on a harness race.
+        for attempt in 0.. {
+            let port = self.probe_port;
+            let log = self.log.clone();
+            let child = self.child.as_mut().expect("a running operator");
+            let exited = wait_until(
+                &format!("the operator to be ready (log: {})", log.display()),
+                Duration::from_secs(60),
+                || {
+                    let exited = child.try_wait().ok().flatten();
+                    async move {
+                        if let Some(status) = exited {
+                            return Some(Some(status));
+                        }
+                        http_get(port, "/readyz")
+                            .filter(|(code, _)| *code == 200)
+                            .map(|_| None)
                     }
-                    http_get(port, "/readyz")
-                        .filter(|(code, _)| *code == 200)
-                        .map(|_| ())
-                }
-            },
-        )
-        .await;
+                },
+            )
+            .await;
+            let Some(status) = exited else {
+                return;
+            };
+            let tail = std::fs::read_to_string(&log).unwrap_or_default();
+            if attempt >= 2 || !tail.contains("failed to start the http server") {
+                panic!("the operator exited with {status}:\n{tail}");
+            }
+            let args: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
+            let again = Self::start_with(&self.namespace, &args, self.kubeconfig.take());
+            // The old process has exited: nothing to kill.
+            std::mem::forget(std::mem::replace(self, again));
+        }
     }
 
     /// The operator's `/metrics` text.
