@@ -48,6 +48,9 @@ pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
 /// client-go's `JitterFactor`: acquire attempts wait `retry × (1 + rand × 1.2)`
 /// so that standbys do not hammer the API server in lockstep.
 const ACQUIRE_JITTER: f64 = 1.2;
+/// A standby tries this long after the Lease it observed runs out (the
+/// holder's clock may tick a little slower than ours).
+const EXPIRY_MARGIN: Duration = Duration::from_millis(100);
 
 /// Errors from leader election.
 #[derive(Debug, thiserror::Error)]
@@ -197,6 +200,31 @@ pub fn may_acquire(observed: &Observed, now: Instant, me: &str) -> bool {
     holder.is_empty()
         || holder == me
         || now.duration_since(observed.at) >= record_duration(&observed.spec)
+}
+
+/// How long a standby waits before its next acquire attempt: the jittered
+/// retry period, unless the Lease it observed runs out sooner — then just
+/// past that moment. client-go waits out the jitter (up to 2.2 retry
+/// periods) even when the holder's Lease ran out meanwhile, which made
+/// failover take up to ~4 s longer than `leaseDuration` after a leader froze.
+pub fn next_attempt_in(
+    observed: Option<&Observed>,
+    me: &str,
+    jittered: Duration,
+    now: Instant,
+) -> Duration {
+    let Some(observed) = observed else {
+        return jittered;
+    };
+    let holder = holder(&observed.spec);
+    if holder.is_empty() || holder == me {
+        return jittered;
+    }
+    let expires = observed.at + record_duration(&observed.spec);
+    match expires.checked_duration_since(now) {
+        Some(left) if left + EXPIRY_MARGIN < jittered => left + EXPIRY_MARGIN,
+        _ => jittered,
+    }
 }
 
 /// Has the leader gone `renew_deadline` without a successful renewal?
@@ -422,10 +450,19 @@ impl LeaderElector {
                     tracing::warn!(lease = %self.config.lease_name, error = %error, "failed to acquire leader lease")
                 }
             }
-            let wait = self
+            let jittered = self
                 .config
                 .retry_period
                 .mul_f64(1.0 + rand::random::<f64>() * ACQUIRE_JITTER);
+            let wait = {
+                let state = self.lock();
+                next_attempt_in(
+                    state.observed.as_ref(),
+                    &self.config.identity,
+                    jittered,
+                    Instant::now(),
+                )
+            };
             tokio::select! {
                 _ = cancel.cancelled() => return false,
                 _ = tokio::time::sleep(wait) => {}
@@ -559,6 +596,26 @@ mod tests {
         let (a, b) = (default_identity(), default_identity());
         assert_ne!(a, b);
         assert!(a.contains('_'));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_tries_just_after_the_observed_lease_runs_out_not_after_the_jitter() {
+        let t0 = Instant::now();
+        let obs = observe(None, held_by("other", 15), t0);
+        let jittered = Duration::from_millis(4400);
+        // 14 s after observing a 15 s Lease: try in 1.1 s, not 4.4 s.
+        let at_14 = t0 + Duration::from_secs(14);
+        assert_eq!(
+            next_attempt_in(Some(&obs), "me", jittered, at_14),
+            Duration::from_millis(1100)
+        );
+        // Far from expiry, or our own Lease, or none: the jittered period.
+        assert_eq!(next_attempt_in(Some(&obs), "me", jittered, t0), jittered);
+        assert_eq!(
+            next_attempt_in(Some(&obs), "other", jittered, at_14),
+            jittered
+        );
+        assert_eq!(next_attempt_in(None, "me", jittered, at_14), jittered);
     }
 
     #[tokio::test(start_paused = true)]
