@@ -107,10 +107,12 @@ fn add_validation(crd: &mut Value) {
                 "self.filter(k, k.lowerAscii() in ['chief', 'master']).size() <= 1",
                 "spec.tfReplicaSpecs: at most one Chief or Master (Master is the legacy name of Chief); keep one",
             ),
-            rule(
-                "self.all(k, !(k.lowerAscii() in ['chief', 'master']) || !has(self[k].replicas) || self[k].replicas <= 1)",
-                "spec.tfReplicaSpecs: a Chief or Master has at most 1 replica (replicas: 0 or 1); use Workers for more",
-            ),
+            // The message names the offending key's path: a rule on the
+            // map cannot set a per-key fieldPath.
+            json!({
+                "rule": "self.all(k, !(k.lowerAscii() in ['chief', 'master']) || !has(self[k].replicas) || self[k].replicas <= 1)",
+                "messageExpression": "'spec.tfReplicaSpecs.' + self.filter(k, k.lowerAscii() in ['chief', 'master'] && has(self[k].replicas) && self[k].replicas > 1)[0] + '.replicas: a Chief or Master has at most 1 replica (replicas: 0 or 1); use Workers for more'",
+            }),
         ],
     );
     let replica = at(specs, &["*"]);

@@ -689,7 +689,7 @@ async fn invalid_manifests_are_refused_with_a_message_naming_the_field() {
                 serde_json::json!({ "Chief": worker(serde_json::json!({ "replicas": 2 })) }),
                 none.clone(),
             ),
-            "spec.tfReplicaSpecs: a Chief or Master has at most 1 replica",
+            "spec.tfReplicaSpecs.Chief.replicas: a Chief or Master has at most 1 replica",
         ),
         (
             "zero activeDeadlineSeconds",
