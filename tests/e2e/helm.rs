@@ -30,7 +30,8 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod, Secret};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
@@ -159,6 +160,42 @@ fn objects_in(manifest: &str) -> Vec<ObjectRef> {
     objects
 }
 
+/// `helm template` of the chart (release `render` in `tfjob-system`, for the
+/// pinned Kubernetes version) with `args`, one YAML value per object. Test
+/// hooks are included, as `helm template` renders them.
+fn render(args: &[&str]) -> Vec<serde_yaml::Value> {
+    let out = run_ok(
+        helm()
+            .args(["template", "render", CHART, "--namespace", "tfjob-system"])
+            .args(["--kube-version", KUBE_VERSION])
+            .args(args),
+    );
+    serde_yaml::Deserializer::from_str(&out)
+        .map(|doc| serde_yaml::Value::deserialize(doc).expect("valid YAML from helm"))
+        .filter(|value| !value.is_null())
+        .collect()
+}
+
+/// The rendered objects of one kind.
+fn of_kind<'a>(objects: &'a [serde_yaml::Value], kind: &str) -> Vec<&'a serde_yaml::Value> {
+    objects
+        .iter()
+        .filter(|o| o["kind"].as_str() == Some(kind))
+        .collect()
+}
+
+/// The one rendered object of a kind.
+fn one<'a>(objects: &'a [serde_yaml::Value], kind: &str) -> &'a serde_yaml::Value {
+    let found = of_kind(objects, kind);
+    assert_eq!(found.len(), 1, "one {kind} rendered, found {}", found.len());
+    found[0]
+}
+
+/// YAML for a literal in an assertion.
+fn yaml(text: &str) -> serde_yaml::Value {
+    serde_yaml::from_str(text).expect("valid YAML in the test")
+}
+
 fn kinds(objects: &[ObjectRef]) -> Vec<&str> {
     let mut kinds: Vec<&str> = objects.iter().map(|o| o.kind.as_str()).collect();
     kinds.dedup();
@@ -190,6 +227,50 @@ fn service_account_token(namespace: &str, account: &str) -> String {
     run_ok(kubectl().args(["create", "token", account, "-n", namespace, "--duration=1h"]))
         .trim()
         .to_owned()
+}
+
+/// Every container of `pod` runs as the `restricted` Pod Security Standard
+/// asks, with a read-only root filesystem besides: non-root, seccomp
+/// `RuntimeDefault`, no privilege escalation, every capability dropped.
+fn assert_hardened(pod: &Pod) {
+    let name = pod.metadata.name.as_deref().unwrap_or("?");
+    let spec = pod.spec.as_ref().expect("a Pod spec");
+    let pod_context = spec.security_context.clone().unwrap_or_default();
+    assert_eq!(
+        pod_context.run_as_non_root,
+        Some(true),
+        "{name}: runAsNonRoot"
+    );
+    assert!(
+        pod_context.run_as_user.is_some_and(|uid| uid != 0),
+        "{name}: a non-zero runAsUser"
+    );
+    assert_eq!(
+        pod_context.seccomp_profile.map(|p| p.type_).as_deref(),
+        Some("RuntimeDefault"),
+        "{name}: seccomp profile"
+    );
+    for container in &spec.containers {
+        let what = format!("{name}/{}", container.name);
+        let context = container.security_context.clone().unwrap_or_default();
+        assert_eq!(
+            context.read_only_root_filesystem,
+            Some(true),
+            "{what}: readOnlyRootFilesystem"
+        );
+        assert_eq!(
+            context.allow_privilege_escalation,
+            Some(false),
+            "{what}: allowPrivilegeEscalation"
+        );
+        assert_ne!(context.privileged, Some(true), "{what}: privileged");
+        let drop = context.capabilities.and_then(|c| c.drop);
+        assert_eq!(
+            drop,
+            Some(vec!["ALL".to_owned()]),
+            "{what}: capabilities.drop"
+        );
+    }
 }
 
 /// One `SelfSubjectAccessReview`: may the client's identity do this?
@@ -268,6 +349,7 @@ async fn helm_install_creates_every_object_the_chart_renders() {
             "ClusterRoleBinding",
             "CustomResourceDefinition",
             "Deployment",
+            "PodDisruptionBudget",
             "Role",
             "RoleBinding",
             "Service",
@@ -309,6 +391,38 @@ async fn helm_install_creates_every_object_the_chart_renders() {
     )
     .await;
 
+    // What admission let through is what the chart renders: every hardening
+    // field, checked on the live Pods (restricted does not require a
+    // read-only root filesystem, so that one is ours alone to keep).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let selector = format!("app.kubernetes.io/instance={}", release.name);
+    let operator_pods = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .expect("failed to list the operator's Pods");
+    assert_eq!(operator_pods.items.len(), 2, "{selector}");
+    for pod in &operator_pods.items {
+        assert_hardened(pod);
+    }
+
+    // The disruption controller counts both replicas under the budget (its
+    // selector matches the Deployment's Pods), so a drain may evict one.
+    let budget_name = objects
+        .iter()
+        .find(|o| o.kind == "PodDisruptionBudget")
+        .map(|o| o.name.clone())
+        .expect("a PodDisruptionBudget");
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+    wait_until(
+        "the PodDisruptionBudget to count 2 healthy replicas and allow 1 disruption",
+        Duration::from_secs(60),
+        || async {
+            let status = budgets.get(&budget_name).await.ok()?.status?;
+            (status.current_healthy == 2 && status.disruptions_allowed == 1).then_some(())
+        },
+    )
+    .await;
+
     // Uninstall removes the release's objects, cluster-scoped ones included,
     // but keeps the CRD (deleting it would delete every TFJob in the cluster).
     release.uninstall();
@@ -333,6 +447,95 @@ async fn helm_install_creates_every_object_the_chart_renders() {
             .expect("get")
             .is_some(),
         "helm.sh/resource-policy: keep leaves the CRD installed"
+    );
+}
+
+#[test]
+#[ignore = "needs the harness-built helm: make e2e"]
+fn the_chart_renders_a_disruption_budget_and_a_spread_over_nodes_by_default() {
+    let objects = render(&[]);
+    let selector = one(&objects, "Deployment")["spec"]["selector"].clone();
+    let budget = one(&objects, "PodDisruptionBudget");
+    assert_eq!(budget["spec"]["minAvailable"], yaml("1"));
+    assert!(budget["spec"].get("maxUnavailable").is_none());
+    assert_eq!(
+        budget["spec"]["selector"], selector,
+        "the budget covers the Deployment's Pods"
+    );
+    let pod = &one(&objects, "Deployment")["spec"]["template"];
+    let spread = &pod["spec"]["topologySpreadConstraints"];
+    assert_eq!(
+        spread,
+        &yaml(
+            "- maxSkew: 1
+  topologyKey: kubernetes.io/hostname
+  whenUnsatisfiable: ScheduleAnyway
+  matchLabelKeys: [pod-template-hash]
+  labelSelector:
+    matchLabels:
+      app.kubernetes.io/name: tfjob-operator
+      app.kubernetes.io/instance: render"
+        ),
+        "a soft spread by node, counting this release's Pods"
+    );
+    assert_eq!(
+        spread[0]["labelSelector"], selector,
+        "the spread's selector is the Deployment's"
+    );
+
+    // One replica: a budget would block every drain, so there is none.
+    let single = render(&[
+        "--set",
+        "replicas=1",
+        "--set",
+        "leaderElection.enabled=false",
+    ]);
+    assert!(of_kind(&single, "PodDisruptionBudget").is_empty());
+    let off = render(&["--set", "podDisruptionBudget.enabled=false"]);
+    assert!(of_kind(&off, "PodDisruptionBudget").is_empty());
+    // maxUnavailable replaces minAvailable (a budget may have only one).
+    let max = render(&["--set", "podDisruptionBudget.maxUnavailable=50%"]);
+    let spec = &one(&max, "PodDisruptionBudget")["spec"];
+    assert_eq!(spec["maxUnavailable"], yaml("50%"));
+    assert!(spec.get("minAvailable").is_none());
+
+    // A constraint of the user's keeps its own selector; [] turns spreading off.
+    let own = render(&[
+        "--set-json",
+        r#"topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"DoNotSchedule","labelSelector":{"matchLabels":{"team":"ml"}}}]"#,
+    ]);
+    let spread = &one(&own, "Deployment")["spec"]["template"]["spec"]["topologySpreadConstraints"];
+    assert_eq!(spread[0]["labelSelector"], yaml("matchLabels: {team: ml}"));
+    assert_eq!(spread[0]["whenUnsatisfiable"], yaml("DoNotSchedule"));
+    let none = render(&["--set-json", "topologySpreadConstraints=[]"]);
+    let pod = &one(&none, "Deployment")["spec"]["template"]["spec"];
+    assert!(pod.get("topologySpreadConstraints").is_none());
+}
+
+#[test]
+#[ignore = "needs the harness-built helm: make e2e"]
+fn an_image_digest_wins_over_the_tag() {
+    let image = |args: &[&str]| {
+        let objects = render(args);
+        let container = &one(&objects, "Deployment")["spec"]["template"]["spec"]["containers"][0];
+        container["image"].as_str().expect("an image").to_owned()
+    };
+    assert_eq!(
+        image(&[]),
+        "tfjob-operator:0.1.0",
+        "the tag defaults to appVersion"
+    );
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    assert_eq!(
+        image(&[
+            "--set",
+            "image.repository=registry.example.com/ml/tfjob-operator",
+            "--set",
+            "image.tag=0.2.0",
+            "--set",
+            &format!("image.digest={digest}"),
+        ]),
+        format!("registry.example.com/ml/tfjob-operator@{digest}")
     );
 }
 
