@@ -42,9 +42,11 @@ use tfjob_operator::api::TFJob;
 use crate::examples::{apply_example, wait_condition, wait_pods_running};
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{
-    KUBE_VERSION, client, client_with_token, cluster_dir, drive_pod_exit, helm, kubectl,
-    random_suffix, run_ok, shared_cluster, test_namespace, wait_until,
+    EXIT_CODE_ANNOTATION, KUBE_VERSION, client, client_with_token, cluster_dir, drive_pod_exit,
+    helm, kubectl, random_suffix, run_ok, shared_cluster, test_namespace, wait_until,
 };
+
+mod render;
 
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/tfjob-operator");
 
@@ -160,42 +162,6 @@ fn objects_in(manifest: &str) -> Vec<ObjectRef> {
     objects
 }
 
-/// `helm template` of the chart (release `render` in `tfjob-system`, for the
-/// pinned Kubernetes version) with `args`, one YAML value per object. Test
-/// hooks are included, as `helm template` renders them.
-fn render(args: &[&str]) -> Vec<serde_yaml::Value> {
-    let out = run_ok(
-        helm()
-            .args(["template", "render", CHART, "--namespace", "tfjob-system"])
-            .args(["--kube-version", KUBE_VERSION])
-            .args(args),
-    );
-    serde_yaml::Deserializer::from_str(&out)
-        .map(|doc| serde_yaml::Value::deserialize(doc).expect("valid YAML from helm"))
-        .filter(|value| !value.is_null())
-        .collect()
-}
-
-/// The rendered objects of one kind.
-fn of_kind<'a>(objects: &'a [serde_yaml::Value], kind: &str) -> Vec<&'a serde_yaml::Value> {
-    objects
-        .iter()
-        .filter(|o| o["kind"].as_str() == Some(kind))
-        .collect()
-}
-
-/// The one rendered object of a kind.
-fn one<'a>(objects: &'a [serde_yaml::Value], kind: &str) -> &'a serde_yaml::Value {
-    let found = of_kind(objects, kind);
-    assert_eq!(found.len(), 1, "one {kind} rendered, found {}", found.len());
-    found[0]
-}
-
-/// YAML for a literal in an assertion.
-fn yaml(text: &str) -> serde_yaml::Value {
-    serde_yaml::from_str(text).expect("valid YAML in the test")
-}
-
 fn kinds(objects: &[ObjectRef]) -> Vec<&str> {
     let mut kinds: Vec<&str> = objects.iter().map(|o| o.kind.as_str()).collect();
     kinds.dedup();
@@ -227,6 +193,25 @@ fn service_account_token(namespace: &str, account: &str) -> String {
     run_ok(kubectl().args(["create", "token", account, "-n", namespace, "--duration=1h"]))
         .trim()
         .to_owned()
+}
+
+/// Enforces the restricted Pod Security Standard in `namespace`: the API
+/// server refuses Pods unless they run as non-root with every capability
+/// dropped, no privilege escalation and the RuntimeDefault seccomp profile.
+async fn enforce_restricted(client: &Client, namespace: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let restricted = serde_json::json!({ "metadata": { "labels": {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    } } });
+    namespaces
+        .patch(
+            namespace,
+            &PatchParams::default(),
+            &Patch::Merge(&restricted),
+        )
+        .await
+        .expect("failed to label the namespace");
 }
 
 /// Every container of `pod` runs as the `restricted` Pod Security Standard
@@ -324,18 +309,7 @@ async fn helm_install_creates_every_object_the_chart_renders() {
     let _cluster = shared_cluster().await;
     let client = client().await;
     let ns = test_namespace(&client, "helm-install").await;
-    // Enforce the restricted Pod Security Standard: the API server refuses
-    // the operator's Pods unless they run as non-root with every capability
-    // dropped, no privilege escalation and the RuntimeDefault seccomp profile.
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let restricted = serde_json::json!({ "metadata": { "labels": {
-        "pod-security.kubernetes.io/enforce": "restricted",
-        "pod-security.kubernetes.io/enforce-version": "latest",
-    } } });
-    namespaces
-        .patch(&ns, &PatchParams::default(), &Patch::Merge(&restricted))
-        .await
-        .expect("failed to label the namespace");
+    enforce_restricted(&client, &ns).await;
 
     // The CRD may already be there (other tests apply crds/ with kubectl):
     // --take-ownership lets this release adopt it, as a user replacing a
@@ -450,93 +424,98 @@ async fn helm_install_creates_every_object_the_chart_renders() {
     );
 }
 
-#[test]
-#[ignore = "needs the harness-built helm: make e2e"]
-fn the_chart_renders_a_disruption_budget_and_a_spread_over_nodes_by_default() {
-    let objects = render(&[]);
-    let selector = one(&objects, "Deployment")["spec"]["selector"].clone();
-    let budget = one(&objects, "PodDisruptionBudget");
-    assert_eq!(budget["spec"]["minAvailable"], yaml("1"));
-    assert!(budget["spec"].get("maxUnavailable").is_none());
-    assert_eq!(
-        budget["spec"]["selector"], selector,
-        "the budget covers the Deployment's Pods"
+/// `helm test <release>` with a deadline; its output, or its failure.
+fn helm_test(release: &Release) -> Result<String, String> {
+    let out = helm()
+        .args(["test", &release.name, "--namespace", &release.namespace])
+        .args(["--timeout", "60s"])
+        .output()
+        .expect("failed to run helm test");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
-    let pod = &one(&objects, "Deployment")["spec"]["template"];
-    let spread = &pod["spec"]["topologySpreadConstraints"];
-    assert_eq!(
-        spread,
-        &yaml(
-            "- maxSkew: 1
-  topologyKey: kubernetes.io/hostname
-  whenUnsatisfiable: ScheduleAnyway
-  matchLabelKeys: [pod-template-hash]
-  labelSelector:
-    matchLabels:
-      app.kubernetes.io/name: tfjob-operator
-      app.kubernetes.io/instance: render"
-        ),
-        "a soft spread by node, counting this release's Pods"
-    );
-    assert_eq!(
-        spread[0]["labelSelector"], selector,
-        "the spread's selector is the Deployment's"
-    );
-
-    // One replica: a budget would block every drain, so there is none.
-    let single = render(&[
-        "--set",
-        "replicas=1",
-        "--set",
-        "leaderElection.enabled=false",
-    ]);
-    assert!(of_kind(&single, "PodDisruptionBudget").is_empty());
-    let off = render(&["--set", "podDisruptionBudget.enabled=false"]);
-    assert!(of_kind(&off, "PodDisruptionBudget").is_empty());
-    // maxUnavailable replaces minAvailable (a budget may have only one).
-    let max = render(&["--set", "podDisruptionBudget.maxUnavailable=50%"]);
-    let spec = &one(&max, "PodDisruptionBudget")["spec"];
-    assert_eq!(spec["maxUnavailable"], yaml("50%"));
-    assert!(spec.get("minAvailable").is_none());
-
-    // A constraint of the user's keeps its own selector; [] turns spreading off.
-    let own = render(&[
-        "--set-json",
-        r#"topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"DoNotSchedule","labelSelector":{"matchLabels":{"team":"ml"}}}]"#,
-    ]);
-    let spread = &one(&own, "Deployment")["spec"]["template"]["spec"]["topologySpreadConstraints"];
-    assert_eq!(spread[0]["labelSelector"], yaml("matchLabels: {team: ml}"));
-    assert_eq!(spread[0]["whenUnsatisfiable"], yaml("DoNotSchedule"));
-    let none = render(&["--set-json", "topologySpreadConstraints=[]"]);
-    let pod = &one(&none, "Deployment")["spec"]["template"]["spec"];
-    assert!(pod.get("topologySpreadConstraints").is_none());
+    if out.status.success() {
+        Ok(text)
+    } else {
+        Err(text)
+    }
 }
 
-#[test]
-#[ignore = "needs the harness-built helm: make e2e"]
-fn an_image_digest_wins_over_the_tag() {
-    let image = |args: &[&str]| {
-        let objects = render(args);
-        let container = &one(&objects, "Deployment")["spec"]["template"]["spec"]["containers"][0];
-        container["image"].as_str().expect("an image").to_owned()
-    };
-    assert_eq!(
-        image(&[]),
-        "tfjob-operator:0.1.0",
-        "the tag defaults to appVersion"
+#[tokio::test]
+#[ignore = "needs the local control plane: make e2e"]
+async fn helm_test_creates_its_pod_under_restricted_and_reports_the_pods_outcome() {
+    // No API server restarts or etcd compactions from other tests meanwhile.
+    let _cluster = shared_cluster().await;
+    let client = client().await;
+    ensure_crd(&client).await;
+    let ns = test_namespace(&client, "helm-test").await;
+    enforce_restricted(&client, &ns).await;
+    // KWOK runs nothing: the annotation its stages act on (e2e/kwok/stages.yaml)
+    // makes it end the test Pod with exit code 0 once it is Running.
+    let exit_0 = format!(r#"test.podAnnotations={{"{EXIT_CODE_ANNOTATION}":"0"}}"#);
+    let mut release = Release::install(
+        &ns,
+        &[
+            "--set",
+            "crd.install=false",
+            "--set-json",
+            &exit_0,
+            "--wait",
+        ],
     );
-    let digest = format!("sha256:{}", "ab".repeat(32));
-    assert_eq!(
-        image(&[
-            "--set",
-            "image.repository=registry.example.com/ml/tfjob-operator",
-            "--set",
-            "image.tag=0.2.0",
-            "--set",
-            &format!("image.digest={digest}"),
-        ]),
-        format!("registry.example.com/ml/tfjob-operator@{digest}")
+    let passed = helm_test(&release).unwrap_or_else(|out| panic!("helm test failed:\n{out}"));
+    assert!(passed.contains("Succeeded"), "{passed}");
+
+    // The Pod was created in the restricted namespace (so admitted), hardened,
+    // ended Succeeded, and stays for `helm test --logs`. No ReplicaSet adopted it.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let selector = format!(
+        "app.kubernetes.io/instance={},app.kubernetes.io/component=test",
+        release.name
     );
+    let test_pods = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .expect("failed to list the test Pods");
+    assert_eq!(test_pods.items.len(), 1, "{selector}");
+    let pod = &test_pods.items[0];
+    assert_eq!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded")
+    );
+    assert_hardened(pod);
+    assert!(
+        pod.metadata
+            .owner_references
+            .as_ref()
+            .is_none_or(Vec::is_empty),
+        "the test Pod was adopted: {:?}",
+        pod.metadata.owner_references
+    );
+
+    // The same test with a Pod that fails: helm test fails. So it is the
+    // Pod's outcome, which on a real cluster is the probe's, that it reports.
+    let exit_1 = format!(r#"test.podAnnotations={{"{EXIT_CODE_ANNOTATION}":"1"}}"#);
+    run_ok(helm().args([
+        "upgrade",
+        &release.name,
+        CHART,
+        "--namespace",
+        &ns,
+        "--reuse-values",
+        "--set-json",
+        &exit_1,
+    ]));
+    let failed = helm_test(&release).expect_err("helm test passed with a failing test Pod");
+    assert!(failed.contains("failed"), "{failed}");
+    let pod = pods
+        .get(pod.metadata.name.as_deref().expect("a name"))
+        .await
+        .expect("the re-created test Pod");
+    assert_eq!(pod.status.and_then(|s| s.phase).as_deref(), Some("Failed"));
+    release.uninstall();
 }
 
 #[tokio::test]
