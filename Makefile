@@ -109,19 +109,23 @@ HADOLINT_VENV := $(CACHE_DIR)/tools/hadolint-$(HADOLINT_VERSION)
 # (KUBE_VERSION, e2e/versions.env), and fails if the chart's CRD drifted from
 # crds/: the file copy must be identical and the rendered spec verbatim.
 .PHONY: chart-lint
-chart-lint: cluster-tools ## helm lint + helm template (server's version, every ci/ values file); chart CRD == crds/
-	@helm="$$(bash e2e/tools.sh --bin-dir)/helm"; source e2e/versions.env; \
+chart-lint: cluster-tools ## helm lint + helm template with Helm 3 and Helm 4 (server's version, every ci/ values file); chart CRD == crds/; every value documented
+	@bin="$$(bash e2e/tools.sh --bin-dir)"; helm="$$bin/helm"; source e2e/versions.env; \
 	diff -u crds/kubeflow.org_tfjobs.yaml $(CHART)/files/kubeflow.org_tfjobs.yaml \
 	  || { echo "$(CHART)/files/kubeflow.org_tfjobs.yaml differs from crds/: run 'make crd' and commit"; exit 1; }; \
 	"$$helm" template chart-lint $(CHART) --kube-version "$$KUBE_VERSION" --show-only templates/crd.yaml \
 	  | sed '1,/^spec:$$/d' | diff -u <(sed '1,/^spec:$$/d' crds/kubeflow.org_tfjobs.yaml) - \
 	  || { echo "the chart renders a CRD spec other than crds/kubeflow.org_tfjobs.yaml"; exit 1; }; \
-	for values in "" $(CHART)/ci/*-values.yaml; do \
-	  args=(); [[ -z "$$values" ]] || args=(--values "$$values"); \
-	  echo "chart-lint: $${values:-default values} (Kubernetes $$KUBE_VERSION)"; \
-	  "$$helm" lint --strict --quiet --kube-version "$$KUBE_VERSION" $(CHART) "$${args[@]}"; \
-	  "$$helm" template chart-lint $(CHART) --namespace tfjob-system --kube-version "$$KUBE_VERSION" \
-	    "$${args[@]}" >/dev/null; \
+	bash $(CHART)/tests/values-documented.sh $(CHART); \
+	for h in "$$helm" "$$bin/helm4"; do \
+	  version=$$("$$h" version --short); \
+	  for values in "" $(CHART)/ci/*-values.yaml; do \
+	    args=(); [[ -z "$$values" ]] || args=(--values "$$values"); \
+	    echo "chart-lint: Helm $$version, $${values:-default values} (Kubernetes $$KUBE_VERSION)"; \
+	    "$$h" lint --strict --quiet --kube-version "$$KUBE_VERSION" $(CHART) "$${args[@]}"; \
+	    "$$h" template chart-lint $(CHART) --namespace tfjob-system --kube-version "$$KUBE_VERSION" \
+	      "$${args[@]}" >/dev/null; \
+	  done; \
 	done
 
 # The chart's alert rules: promtool checks them and runs their unit tests (one

@@ -5,6 +5,8 @@
 #                               from k8s.io/kubernetes via the wrapper module e2e/k8s (go build)
 #   kwok                        go install sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION
 #   helm                        go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION
+#   helm4                       go install helm.sh/helm/v4/cmd/helm@$HELM4_VERSION (make chart-lint
+#                               lints and renders the chart with both majors)
 #   prometheus, promtool        go install github.com/prometheus/prometheus/cmd/...@$PROMETHEUS_VERSION
 #   kueue                       go install sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION (e2e/kueue.sh runs it;
 #                               its CRDs and webhook manifests are read from the module cache at run time)
@@ -124,6 +126,28 @@ build_helm() {
   finish "$dir"
 }
 
+helm4_dir() { echo "$TOOLS_DIR/helm-$HELM4_VERSION"; }
+
+# Helm 4 beside Helm 3: the chart must lint and render under both (make
+# chart-lint). Helm 4 takes its default Kubernetes version from the client-go
+# in its build info, which `go install` keeps, so only its own version needs
+# stamping. Linked into the bin dir as helm4; `helm` stays Helm 3.
+build_helm4() {
+  local dir
+  dir=$(helm4_dir)
+  [[ -x "$dir/bin/helm" ]] && return
+  log "building Helm $HELM4_VERSION (go install; a few minutes cold)"
+  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
+  local ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=$HELM4_VERSION"
+  ldflags+=" -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
+  with_progress "Helm $HELM4_VERSION" "$dir.tmp/build.log" \
+    env GOBIN="$dir.tmp/bin" go install -v -trimpath -ldflags "$ldflags" "helm.sh/helm/v4/cmd/helm@$HELM4_VERSION"
+  "$dir.tmp/bin/helm" version --short | grep -q "^$HELM4_VERSION" || die "helm4 was not stamped with $HELM4_VERSION"
+  finish "$dir"
+}
+
+link_helm4() { ln -sf "$(helm4_dir)/bin/helm" "$(bin_dir)/helm4"; }
+
 prometheus_dir() { echo "$TOOLS_DIR/prometheus-$PROMETHEUS_VERSION"; }
 
 # Prometheus and promtool: the chart's alert rules are checked and unit-tested
@@ -209,10 +233,12 @@ main() {
   build_kubernetes
   build_kwok
   build_helm
+  build_helm4
   build_prometheus
   [[ -n "${TFJOB_KUEUE_BIN:-}" ]] || build_kueue
   link_bin_dir
   link_prometheus
+  link_helm4
   log "tools ready in $(bin_dir) ($((SECONDS - start)) s)"
 }
 

@@ -30,7 +30,8 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod, Secret};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
@@ -41,9 +42,11 @@ use tfjob_operator::api::TFJob;
 use crate::examples::{apply_example, wait_condition, wait_pods_running};
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{
-    KUBE_VERSION, client, client_with_token, cluster_dir, drive_pod_exit, helm, kubectl,
-    random_suffix, run_ok, shared_cluster, test_namespace, wait_until,
+    EXIT_CODE_ANNOTATION, KUBE_VERSION, client, client_with_token, cluster_dir, drive_pod_exit,
+    helm, kubectl, random_suffix, run_ok, shared_cluster, test_namespace, wait_until,
 };
+
+mod render;
 
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/tfjob-operator");
 
@@ -192,6 +195,69 @@ fn service_account_token(namespace: &str, account: &str) -> String {
         .to_owned()
 }
 
+/// Enforces the restricted Pod Security Standard in `namespace`: the API
+/// server refuses Pods unless they run as non-root with every capability
+/// dropped, no privilege escalation and the RuntimeDefault seccomp profile.
+async fn enforce_restricted(client: &Client, namespace: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let restricted = serde_json::json!({ "metadata": { "labels": {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    } } });
+    namespaces
+        .patch(
+            namespace,
+            &PatchParams::default(),
+            &Patch::Merge(&restricted),
+        )
+        .await
+        .expect("failed to label the namespace");
+}
+
+/// Every container of `pod` runs as the `restricted` Pod Security Standard
+/// asks, with a read-only root filesystem besides: non-root, seccomp
+/// `RuntimeDefault`, no privilege escalation, every capability dropped.
+fn assert_hardened(pod: &Pod) {
+    let name = pod.metadata.name.as_deref().unwrap_or("?");
+    let spec = pod.spec.as_ref().expect("a Pod spec");
+    let pod_context = spec.security_context.clone().unwrap_or_default();
+    assert_eq!(
+        pod_context.run_as_non_root,
+        Some(true),
+        "{name}: runAsNonRoot"
+    );
+    assert!(
+        pod_context.run_as_user.is_some_and(|uid| uid != 0),
+        "{name}: a non-zero runAsUser"
+    );
+    assert_eq!(
+        pod_context.seccomp_profile.map(|p| p.type_).as_deref(),
+        Some("RuntimeDefault"),
+        "{name}: seccomp profile"
+    );
+    for container in &spec.containers {
+        let what = format!("{name}/{}", container.name);
+        let context = container.security_context.clone().unwrap_or_default();
+        assert_eq!(
+            context.read_only_root_filesystem,
+            Some(true),
+            "{what}: readOnlyRootFilesystem"
+        );
+        assert_eq!(
+            context.allow_privilege_escalation,
+            Some(false),
+            "{what}: allowPrivilegeEscalation"
+        );
+        assert_ne!(context.privileged, Some(true), "{what}: privileged");
+        let drop = context.capabilities.and_then(|c| c.drop);
+        assert_eq!(
+            drop,
+            Some(vec!["ALL".to_owned()]),
+            "{what}: capabilities.drop"
+        );
+    }
+}
+
 /// One `SelfSubjectAccessReview`: may the client's identity do this?
 async fn can(
     client: &Client,
@@ -243,18 +309,7 @@ async fn helm_install_creates_every_object_the_chart_renders() {
     let _cluster = shared_cluster().await;
     let client = client().await;
     let ns = test_namespace(&client, "helm-install").await;
-    // Enforce the restricted Pod Security Standard: the API server refuses
-    // the operator's Pods unless they run as non-root with every capability
-    // dropped, no privilege escalation and the RuntimeDefault seccomp profile.
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let restricted = serde_json::json!({ "metadata": { "labels": {
-        "pod-security.kubernetes.io/enforce": "restricted",
-        "pod-security.kubernetes.io/enforce-version": "latest",
-    } } });
-    namespaces
-        .patch(&ns, &PatchParams::default(), &Patch::Merge(&restricted))
-        .await
-        .expect("failed to label the namespace");
+    enforce_restricted(&client, &ns).await;
 
     // The CRD may already be there (other tests apply crds/ with kubectl):
     // --take-ownership lets this release adopt it, as a user replacing a
@@ -268,6 +323,7 @@ async fn helm_install_creates_every_object_the_chart_renders() {
             "ClusterRoleBinding",
             "CustomResourceDefinition",
             "Deployment",
+            "PodDisruptionBudget",
             "Role",
             "RoleBinding",
             "Service",
@@ -309,6 +365,38 @@ async fn helm_install_creates_every_object_the_chart_renders() {
     )
     .await;
 
+    // What admission let through is what the chart renders: every hardening
+    // field, checked on the live Pods (restricted does not require a
+    // read-only root filesystem, so that one is ours alone to keep).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let selector = format!("app.kubernetes.io/instance={}", release.name);
+    let operator_pods = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .expect("failed to list the operator's Pods");
+    assert_eq!(operator_pods.items.len(), 2, "{selector}");
+    for pod in &operator_pods.items {
+        assert_hardened(pod);
+    }
+
+    // The disruption controller counts both replicas under the budget (its
+    // selector matches the Deployment's Pods), so a drain may evict one.
+    let budget_name = objects
+        .iter()
+        .find(|o| o.kind == "PodDisruptionBudget")
+        .map(|o| o.name.clone())
+        .expect("a PodDisruptionBudget");
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+    wait_until(
+        "the PodDisruptionBudget to count 2 healthy replicas and allow 1 disruption",
+        Duration::from_secs(60),
+        || async {
+            let status = budgets.get(&budget_name).await.ok()?.status?;
+            (status.current_healthy == 2 && status.disruptions_allowed == 1).then_some(())
+        },
+    )
+    .await;
+
     // Uninstall removes the release's objects, cluster-scoped ones included,
     // but keeps the CRD (deleting it would delete every TFJob in the cluster).
     release.uninstall();
@@ -334,6 +422,100 @@ async fn helm_install_creates_every_object_the_chart_renders() {
             .is_some(),
         "helm.sh/resource-policy: keep leaves the CRD installed"
     );
+}
+
+/// `helm test <release>` with a deadline; its output, or its failure.
+fn helm_test(release: &Release) -> Result<String, String> {
+    let out = helm()
+        .args(["test", &release.name, "--namespace", &release.namespace])
+        .args(["--timeout", "60s"])
+        .output()
+        .expect("failed to run helm test");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() {
+        Ok(text)
+    } else {
+        Err(text)
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make e2e"]
+async fn helm_test_creates_its_pod_under_restricted_and_reports_the_pods_outcome() {
+    // No API server restarts or etcd compactions from other tests meanwhile.
+    let _cluster = shared_cluster().await;
+    let client = client().await;
+    ensure_crd(&client).await;
+    let ns = test_namespace(&client, "helm-test").await;
+    enforce_restricted(&client, &ns).await;
+    // KWOK runs nothing: the annotation its stages act on (e2e/kwok/stages.yaml)
+    // makes it end the test Pod with exit code 0 once it is Running.
+    let exit_0 = format!(r#"test.podAnnotations={{"{EXIT_CODE_ANNOTATION}":"0"}}"#);
+    let mut release = Release::install(
+        &ns,
+        &[
+            "--set",
+            "crd.install=false",
+            "--set-json",
+            &exit_0,
+            "--wait",
+        ],
+    );
+    let passed = helm_test(&release).unwrap_or_else(|out| panic!("helm test failed:\n{out}"));
+    assert!(passed.contains("Succeeded"), "{passed}");
+
+    // The Pod was created in the restricted namespace (so admitted), hardened,
+    // ended Succeeded, and stays for `helm test --logs`. No ReplicaSet adopted it.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let selector = format!(
+        "app.kubernetes.io/instance={},app.kubernetes.io/component=test",
+        release.name
+    );
+    let test_pods = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .expect("failed to list the test Pods");
+    assert_eq!(test_pods.items.len(), 1, "{selector}");
+    let pod = &test_pods.items[0];
+    assert_eq!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded")
+    );
+    assert_hardened(pod);
+    assert!(
+        pod.metadata
+            .owner_references
+            .as_ref()
+            .is_none_or(Vec::is_empty),
+        "the test Pod was adopted: {:?}",
+        pod.metadata.owner_references
+    );
+
+    // The same test with a Pod that fails: helm test fails. So it is the
+    // Pod's outcome, which on a real cluster is the probe's, that it reports.
+    let exit_1 = format!(r#"test.podAnnotations={{"{EXIT_CODE_ANNOTATION}":"1"}}"#);
+    run_ok(helm().args([
+        "upgrade",
+        &release.name,
+        CHART,
+        "--namespace",
+        &ns,
+        "--reuse-values",
+        "--set-json",
+        &exit_1,
+    ]));
+    let failed = helm_test(&release).expect_err("helm test passed with a failing test Pod");
+    assert!(failed.contains("failed"), "{failed}");
+    let pod = pods
+        .get(pod.metadata.name.as_deref().expect("a name"))
+        .await
+        .expect("the re-created test Pod");
+    assert_eq!(pod.status.and_then(|s| s.phase).as_deref(), Some("Failed"));
+    release.uninstall();
 }
 
 #[tokio::test]

@@ -31,6 +31,16 @@ app.kubernetes.io/name: {{ include "tfjob-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/*
+The `helm test` Pod's labels. Its name label differs from the operator's, so
+no selector of the operator's (Deployment, Service, PodDisruptionBudget)
+matches it: the ReplicaSet would otherwise adopt it.
+*/}}
+{{- define "tfjob-operator.testSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "tfjob-operator.name" . | trunc 58 | trimSuffix "-" }}-test
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
 {{- define "tfjob-operator.labels" -}}
 helm.sh/chart: {{ include "tfjob-operator.chart" . }}
 {{ include "tfjob-operator.selectorLabels" . }}
@@ -93,4 +103,14 @@ Leases (leader election) are a separate Role in the release namespace.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- end }}
+
+{{- define "tfjob-operator.testImage" -}}
+{{- with .Values.test.image }}
+{{- if .digest }}
+{{- printf "%s@%s" .repository .digest }}
+{{- else }}
+{{- printf "%s:%s" .repository .tag }}
+{{- end }}
+{{- end }}
 {{- end }}
