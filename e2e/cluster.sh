@@ -116,21 +116,7 @@ wait_for() {
 
 # ---------------------------------------------------------------- ports
 
-port_in_use() { ss -Htanl "sport = :$1" 2>/dev/null | grep -q .; }
-
-# A random free port in a range away from the usual ephemeral range, unique
-# within this run.
-pick_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 12000))
-    port_in_use "$p" && continue
-    [[ " ${PICKED[*]:-} " == *" $p "* ]] && continue
-    PICKED+=("$p")
-    echo "$p"
-    return
-  done
-}
+# port_in_use and pick_port: e2e/lib.sh.
 
 choose_ports() {
   PICKED=()

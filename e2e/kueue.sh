@@ -58,20 +58,7 @@ is_ours() {
   tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$K/config.yaml"
 }
 
-port_in_use() { ss -Htanl "sport = :$1" 2>/dev/null | grep -q .; }
-
-# Same range as e2e/cluster.sh, away from the ephemeral ports.
-pick_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 12000))
-    port_in_use "$p" && continue
-    [[ " ${PICKED[*]:-} " == *" $p "* ]] && continue
-    PICKED+=("$p")
-    echo "$p"
-    return
-  done
-}
+# port_in_use and pick_port: e2e/lib.sh.
 
 # ---------------------------------------------------------------- certificates
 

@@ -25,3 +25,19 @@ bin_dir() { echo "$TOOLS_DIR/bin-k8s-$KUBE_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK
 
 log() { printf '%s [%s] %s\n' "$(date -u +%H:%M:%S)" "${LOG_TAG:-e2e}" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+
+# Ports: whether one is listened on, and a random free one in a range away
+# from the usual ephemeral range, unique within this run (callers reset
+# PICKED=() when they start choosing).
+port_in_use() { ss -Htanl "sport = :$1" 2>/dev/null | grep -q .; }
+pick_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 12000))
+    port_in_use "$p" && continue
+    [[ " ${PICKED[*]:-} " == *" $p "* ]] && continue
+    PICKED+=("$p")
+    echo "$p"
+    return
+  done
+}
