@@ -1,0 +1,146 @@
+//! SIGKILL of the operator at seeded random points while multi-replica jobs
+//! run, restart, fail and finish; the operator is restarted at once each time.
+//! The same seeded workload runs meanwhile in a second namespace under an
+//! operator nobody disturbs: every job must end exactly as its twin did
+//! (condition, per-type restarts/succeeded/failed, Pod UIDs per index), and
+//! the audit log's Pod creates must match the UIDs the observer saw.
+//!
+//! Leader election is off here (`--leader-elect=false`): a restarted process
+//! has a new identity and would wait out the dead one's Lease (15 s) each
+//! round; failover has its own scenario (`failover.rs`).
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+
+use crate::audit;
+use crate::harness::{apiserver_addr, full, identity, report, rng, rounds};
+use crate::observer::Observer;
+use crate::operator::{Operator, ensure_crd};
+use crate::support::{client, test_namespace};
+use crate::workload::{self, end_states};
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make test-faults"]
+async fn jobs_end_as_in_an_undisturbed_run_when_the_operator_is_sigkilled_at_seeded_points() {
+    let client = client().await;
+    ensure_crd(&client).await;
+    let mut rng = rng("sigkill");
+    let rounds = rounds(1);
+    let jobs = if full() { 20 } else { 6 };
+    let timeout = Duration::from_secs(180);
+
+    let reference_ns = test_namespace(&client, "fault-ref").await;
+    let ns = test_namespace(&client, "fault-kill").await;
+    let observer = Observer::start(&client, None);
+    let mark = audit::mark();
+    let server = apiserver_addr();
+    let reference_kc = identity("fault-op-ref", server).await;
+    let kc = identity("fault-op-kill", server).await;
+    let mut reference =
+        Operator::start_with(&reference_ns, &["--leader-elect=false"], Some(reference_kc));
+    reference.wait_ready().await;
+    let mut operator = Operator::start_with(&ns, &["--leader-elect=false"], Some(kc.clone()));
+    operator.wait_ready().await;
+
+    let scripts = workload::scripts(&mut rng, jobs, Duration::from_millis(1500 * rounds as u64));
+    let kill_plan: Vec<(u64, u64)> = (0..rounds)
+        .map(|_| (rng.random_range(300..3000), rng.random_range(0..1000)))
+        .collect();
+
+    let started = Instant::now();
+    let killer = {
+        let ns = ns.clone();
+        let kc = kc.clone();
+        async move {
+            let mut logs = vec![operator.log.clone()];
+            for (i, (before, down)) in kill_plan.iter().enumerate() {
+                tokio::time::sleep(Duration::from_millis(*before)).await;
+                operator.kill();
+                eprintln!("sigkill round {}: killed at {:?}", i + 1, started.elapsed());
+                tokio::time::sleep(Duration::from_millis(*down)).await;
+                operator = Operator::start_with(&ns, &["--leader-elect=false"], Some(kc.clone()));
+                logs.push(operator.log.clone());
+            }
+            operator.wait_ready().await;
+            (operator, logs)
+        }
+    };
+    let (reference_jobs, faulted_jobs, (operator, logs)) = tokio::join!(
+        workload::run(&client, &reference_ns, &scripts, timeout),
+        workload::run(&client, &ns, &scripts, timeout),
+        killer,
+    );
+
+    // The operator may still be settling a job it finished; poll, then compare.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (want, got) = loop {
+        let seen = observer.snapshot();
+        let want = end_states(&reference_jobs, &seen, &reference_ns);
+        let jobs_now = crate::harness::wait_finished(
+            &client,
+            &ns,
+            &faulted_jobs.keys().cloned().collect::<Vec<_>>(),
+            timeout,
+        )
+        .await;
+        let got = end_states(&jobs_now, &seen, &ns);
+        if want == got || Instant::now() > deadline {
+            break (want, got);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let mismatched: Vec<&String> = want
+        .keys()
+        .filter(|name| want.get(*name) != got.get(*name))
+        .collect();
+
+    let seen = observer.snapshot();
+    let events = audit::since(mark);
+    let creates = audit::creates(&events, "pods", &ns);
+    let conflicts = events
+        .iter()
+        .filter(|e| {
+            e.verb == "create" && e.code == 409 && e.namespace.as_deref() == Some(ns.as_str())
+        })
+        .count();
+    report(
+        "sigkill",
+        &[
+            ("rounds", rounds.to_string()),
+            ("jobs", jobs.to_string()),
+            ("mismatched_jobs", mismatched.len().to_string()),
+            ("pod_uids", seen.pod_uids(&ns).to_string()),
+            (
+                "reference_pod_uids",
+                seen.pod_uids(&reference_ns).to_string(),
+            ),
+            ("audit_pod_creates", creates.len().to_string()),
+            ("create_conflicts", conflicts.to_string()),
+            (
+                "elapsed_s",
+                format!("{:.1}", started.elapsed().as_secs_f64()),
+            ),
+        ],
+    );
+    drop(operator);
+    drop(reference);
+    let logs: Vec<String> = logs.iter().map(|l| l.display().to_string()).collect();
+    for name in &mismatched {
+        eprintln!(
+            "{name}: undisturbed {:?}\n{name}: sigkilled   {:?}",
+            want.get(*name),
+            got.get(*name)
+        );
+    }
+    assert!(
+        mismatched.is_empty(),
+        "{} of {jobs} jobs ended differently from the undisturbed run (seed {}; operator logs: {logs:?})",
+        mismatched.len(),
+        crate::harness::seed()
+    );
+    assert_eq!(
+        creates.len(),
+        seen.pod_uids(&ns),
+        "the audit log's Pod creates and the observer's Pod UIDs disagree"
+    );
+}
