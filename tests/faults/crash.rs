@@ -16,7 +16,7 @@ use crate::audit;
 use crate::harness::{apiserver_addr, full, identity, report, rng, rounds};
 use crate::observer::Observer;
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, test_namespace};
+use crate::support::{client, delete_namespace, test_namespace};
 use crate::workload::{self, end_states};
 
 #[tokio::test]
@@ -124,6 +124,8 @@ async fn jobs_end_as_in_an_undisturbed_run_when_the_operator_is_sigkilled_at_see
     );
     drop(operator);
     drop(reference);
+    delete_namespace(&client, &ns).await;
+    delete_namespace(&client, &reference_ns).await;
     let logs: Vec<String> = logs.iter().map(|l| l.display().to_string()).collect();
     for name in &mismatched {
         eprintln!(

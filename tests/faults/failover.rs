@@ -20,7 +20,7 @@ use crate::harness::{
 };
 use crate::observer::Observer;
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, test_namespace, wait_until};
+use crate::support::{client, delete_namespace, test_namespace, wait_until};
 
 const LEASE: &str = "tfjob-operator-leader";
 /// leaseDuration + retryPeriod at the 15/10/2 defaults.
@@ -210,6 +210,8 @@ async fn a_sigstopped_leader_is_replaced_in_time_and_never_writes_after_its_succ
             ("old_leader_late_writes", split_brain.len().to_string()),
         ],
     );
+    drop(pair);
+    delete_namespace(&client, &ns).await;
     assert!(
         split_brain.is_empty(),
         "{} writes of an old leader after its successor's first write",

@@ -377,6 +377,8 @@ pub fn percentile(values: &[f64], p: f64) -> f64 {
 /// its container: a fault may make it give up by design (a lost Lease).
 pub struct Supervised {
     ns: String,
+    /// Watch every namespace (no `--namespace`), Lease in `ns`.
+    all_namespaces: bool,
     kubeconfig: std::path::PathBuf,
     pub operator: Operator,
     pub restarts: usize,
@@ -384,10 +386,21 @@ pub struct Supervised {
 }
 
 impl Supervised {
+    /// One namespace, Lease in it.
     pub fn start(ns: &str, kubeconfig: std::path::PathBuf) -> Self {
-        let operator = Operator::start_with(ns, &[], Some(kubeconfig.clone()));
+        Self::launch(ns, false, kubeconfig)
+    }
+
+    /// Every namespace, as the chart runs it; the Lease in `lease_ns`.
+    pub fn start_all_namespaces(lease_ns: &str, kubeconfig: std::path::PathBuf) -> Self {
+        Self::launch(lease_ns, true, kubeconfig)
+    }
+
+    fn launch(ns: &str, all_namespaces: bool, kubeconfig: std::path::PathBuf) -> Self {
+        let operator = Self::spawn(ns, all_namespaces, &kubeconfig);
         Self {
             ns: ns.to_owned(),
+            all_namespaces,
             logs: vec![operator.log.clone()],
             kubeconfig,
             operator,
@@ -395,9 +408,17 @@ impl Supervised {
         }
     }
 
+    fn spawn(ns: &str, all_namespaces: bool, kubeconfig: &std::path::Path) -> Operator {
+        if all_namespaces {
+            Operator::start_all_namespaces(ns, &[], Some(kubeconfig.to_owned()))
+        } else {
+            Operator::start_with(ns, &[], Some(kubeconfig.to_owned()))
+        }
+    }
+
     pub fn keep_alive(&mut self) {
         if self.operator.exited() {
-            self.operator = Operator::start_with(&self.ns, &[], Some(self.kubeconfig.clone()));
+            self.operator = Self::spawn(&self.ns, self.all_namespaces, &self.kubeconfig);
             self.logs.push(self.operator.log.clone());
             self.restarts += 1;
         }

@@ -32,5 +32,9 @@ mod workload;
 
 mod crash;
 mod failover;
+mod manifests;
 mod overload;
 mod partition;
+mod scale;
+mod undecodable;
+mod user_deletes;

@@ -24,7 +24,7 @@ use crate::harness::{
 };
 use crate::observer::Observer;
 use crate::operator::ensure_crd;
-use crate::support::{client, cluster_dir, test_namespace, wait_until};
+use crate::support::{client, cluster_dir, delete_namespace, test_namespace, wait_until};
 
 /// A hot loop would be thousands of requests a second; client-go's default
 /// backoff keeps a handful of jobs well under this.
@@ -313,4 +313,6 @@ async fn after_etcd_is_sigstopped_the_operator_recovers_with_nothing_duplicated(
             ("duplicate_pods", duplicates.to_string()),
         ],
     );
+    drop(op);
+    delete_namespace(&client, &ns).await;
 }

@@ -28,7 +28,7 @@ use crate::harness::{Supervised, create_job, full, identity, jobs, report, runni
 use crate::observer::Observer;
 use crate::operator::ensure_crd;
 use crate::proxy::{FaultProxy, Mode};
-use crate::support::{client, compact_etcd, test_namespace};
+use crate::support::{client, compact_etcd, delete_namespace, test_namespace};
 
 const IDLE_JOBS: usize = 12;
 const LABEL_JOB: &str = "training.kubeflow.org/job-name";
@@ -139,13 +139,33 @@ where
 #[tokio::test]
 #[ignore = "needs the local control plane: make test-faults"]
 async fn after_a_watch_cut_a_410_and_a_partition_the_operator_converges_with_no_lost_delete() {
+    network_faults(false).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make test-faults"]
+async fn in_all_namespaces_mode_the_operator_converges_after_network_faults_too() {
+    network_faults(true).await;
+}
+
+async fn network_faults(all_namespaces: bool) {
     let client = client().await;
     ensure_crd(&client).await;
     let ns = test_namespace(&client, "fault-net").await;
+    let lease_ns = test_namespace(&client, "fault-net-lease").await;
     let _observer = Observer::start(&client, Some(&ns));
     let proxy = FaultProxy::start(crate::harness::apiserver_addr()).await;
-    let kubeconfig = identity("fault-op-net", proxy.addr).await;
-    let mut op = Supervised::start(&ns, kubeconfig);
+    let user = if all_namespaces {
+        "fault-op-net-all"
+    } else {
+        "fault-op-net"
+    };
+    let kubeconfig = identity(user, proxy.addr).await;
+    let mut op = if all_namespaces {
+        Supervised::start_all_namespaces(&lease_ns, kubeconfig)
+    } else {
+        Supervised::start(&ns, kubeconfig)
+    };
     op.operator.wait_ready().await;
     let mark = audit::mark();
 
@@ -245,7 +265,11 @@ async fn after_a_watch_cut_a_410_and_a_partition_the_operator_converges_with_no_
         .filter(|e| idle01_deleted.is_some_and(|t| e.received > t))
         .collect();
     report(
-        "partition",
+        if all_namespaces {
+            "partition-all-namespaces"
+        } else {
+            "partition"
+        },
         &[
             (
                 "cut_converged_s",
@@ -275,14 +299,17 @@ async fn after_a_watch_cut_a_410_and_a_partition_the_operator_converges_with_no_
             ("proxy_resets", proxy.reset_count().to_string()),
         ],
     );
+    let logs = op.logs.clone();
+    drop(op);
+    delete_namespace(&client, &ns).await;
+    delete_namespace(&client, &lease_ns).await;
     assert!(
         resurrected.is_empty(),
         "children of the deleted job were re-created: {resurrected:?}"
     );
     assert!(
         relisted > 0,
-        "the operator never logged a relist after the forced 410: {:?}",
-        op.logs
+        "the operator never logged a relist after the forced 410: {logs:?}"
     );
     assert!(
         reconciles_410 < IDLE_JOBS as f64,
