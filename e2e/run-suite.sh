@@ -36,7 +36,7 @@ fault_suite() {
   local skip=()
   [[ "${FAULT_FULL:-0}" == 1 ]] || skip=(--skip scale_)
   log "running the fault suite (FAULT_SEED=${FAULT_SEED:-20} FAULT_ROUNDS=${FAULT_ROUNDS:-3} FAULT_FULL=${FAULT_FULL:-0})"
-  cargo test --test faults -- --ignored --test-threads=1 --nocapture "${skip[@]}"
+  cargo test --test faults -- --include-ignored --test-threads=1 --nocapture "${skip[@]}"
 }
 
 main() {

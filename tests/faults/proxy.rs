@@ -208,3 +208,97 @@ async fn write_all(to: &OwnedWriteHalf, mut data: &[u8]) -> std::io::Result<()> 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// An upstream that echoes every byte back.
+    async fn echo() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (r, w) = stream.into_split();
+                    let mut buf = vec![0u8; 1024];
+                    loop {
+                        if r.readable().await.is_err() {
+                            return;
+                        }
+                        match r.try_read(&mut buf) {
+                            Ok(0) => return,
+                            Ok(n) => {
+                                if write_all(&w, &buf[..n]).await.is_err() {
+                                    return;
+                                }
+                            }
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(_) => return,
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    /// Sends `msg` and reads one answer within `within`: Ok(bytes) or Err(why).
+    async fn round_trip(
+        stream: &TcpStream,
+        msg: &[u8],
+        within: Duration,
+    ) -> Result<Vec<u8>, String> {
+        tokio::time::timeout(within, async {
+            stream.writable().await.map_err(|e| e.to_string())?;
+            stream.try_write(msg).map_err(|e| e.to_string())?;
+            let mut buf = vec![0u8; 64];
+            loop {
+                stream.readable().await.map_err(|e| e.to_string())?;
+                match stream.try_read(&mut buf) {
+                    Ok(0) => return Err("EOF".to_string()),
+                    Ok(n) => return Ok(buf[..n].to_vec()),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        })
+        .await
+        .map_err(|_| "timed out".to_string())?
+    }
+
+    const QUICK: Duration = Duration::from_millis(300);
+
+    #[tokio::test]
+    async fn the_proxy_relays_refuses_blackholes_and_cuts_on_command() {
+        let proxy = FaultProxy::start(echo().await).await;
+        let open = TcpStream::connect(proxy.addr).await.expect("connect");
+        assert_eq!(round_trip(&open, b"a", QUICK).await, Ok(b"a".to_vec()));
+
+        // Refuse: a new connection is reset; the open one still works.
+        proxy.set(Mode::Refuse);
+        let refused = TcpStream::connect(proxy.addr)
+            .await
+            .expect("the TCP handshake completes");
+        assert!(round_trip(&refused, b"b", QUICK).await.is_err());
+        assert_eq!(round_trip(&open, b"c", QUICK).await, Ok(b"c".to_vec()));
+
+        // Blackhole: nothing comes back, until the partition heals.
+        proxy.set(Mode::Blackhole);
+        assert_eq!(
+            round_trip(&open, b"d", QUICK).await,
+            Err("timed out".to_string())
+        );
+        proxy.set(Mode::Pass);
+        assert_eq!(round_trip(&open, b"", QUICK).await, Ok(b"d".to_vec()));
+
+        // Cut: the open connection is reset mid-stream.
+        proxy.cut();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(round_trip(&open, b"e", QUICK).await.is_err());
+        let fresh = TcpStream::connect(proxy.addr).await.expect("connect");
+        assert_eq!(round_trip(&fresh, b"f", QUICK).await, Ok(b"f".to_vec()));
+    }
+}
