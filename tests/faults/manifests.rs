@@ -360,7 +360,19 @@ async fn every_invalid_manifest_is_refused_naming_its_field_path() {
     for (i, case) in cases.iter().enumerate() {
         let mut manifest = base(&format!("bad-{i:02}"));
         (case.edit)(&mut manifest);
-        match apply(&manifest, &ns, true) {
+        let outcome = apply(&manifest, &ns, true);
+        let first_line = match &outcome {
+            Ok(_) => "ACCEPTED".to_string(),
+            Err(e) => e
+                .lines()
+                .collect::<Vec<_>>()
+                .join(" | ")
+                .chars()
+                .take(400)
+                .collect(),
+        };
+        eprintln!("manifest {i:02} {}: {first_line}", case.what);
+        match outcome {
             Ok(_) => accepted.push(format!(
                 "{}{}",
                 case.what,
