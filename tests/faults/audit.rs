@@ -98,8 +98,13 @@ pub fn since(mark: Mark) -> Vec<AuditEvent> {
         .collect()
 }
 
-/// Successful creates of `resource` in `namespace`, by user.
-pub fn creates(events: &[AuditEvent], resource: &str, namespace: &str) -> Vec<AuditEvent> {
+/// Creates of `resource` in `namespace` answered `code`s in `codes`, by anyone.
+fn creates_answered(
+    events: &[AuditEvent],
+    resource: &str,
+    namespace: &str,
+    codes: impl Fn(u16) -> bool,
+) -> Vec<AuditEvent> {
     events
         .iter()
         .filter(|e| {
@@ -107,10 +112,26 @@ pub fn creates(events: &[AuditEvent], resource: &str, namespace: &str) -> Vec<Au
                 && e.resource == resource
                 && e.subresource.is_none()
                 && e.namespace.as_deref() == Some(namespace)
-                && (200..300).contains(&e.code)
+                && codes(e.code)
         })
         .cloned()
         .collect()
+}
+
+/// Successful (2xx) creates of `resource` in `namespace`, by anyone.
+pub fn creates(events: &[AuditEvent], resource: &str, namespace: &str) -> Vec<AuditEvent> {
+    creates_answered(events, resource, namespace, |c| (200..300).contains(&c))
+}
+
+/// Creates answered 504: the API server logs that when the client went away
+/// mid-request ("context canceled", e.g. an operator SIGKILLed while its
+/// create was in flight). The object may or may not have been stored.
+pub fn cancelled_creates(
+    events: &[AuditEvent],
+    resource: &str,
+    namespace: &str,
+) -> Vec<AuditEvent> {
+    creates_answered(events, resource, namespace, |c| c == 504)
 }
 
 #[cfg(test)]

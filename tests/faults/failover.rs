@@ -16,11 +16,12 @@ use tfjob_operator::api::fixtures::TfJobFixture;
 
 use crate::audit::{self, AuditEvent};
 use crate::harness::{
-    apiserver_addr, create_job, error_lines, identity, metric, percentile, pods, report, rounds,
+    Cleanup, apiserver_addr, create_job, error_lines, identity, metric, percentile, pods, report,
+    rounds,
 };
 use crate::observer::Observer;
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, delete_namespace, test_namespace, wait_until};
+use crate::support::{client, test_namespace, wait_until};
 
 const LEASE: &str = "tfjob-operator-leader";
 /// leaseDuration + retryPeriod at the 15/10/2 defaults.
@@ -104,6 +105,7 @@ async fn a_sigstopped_leader_is_replaced_in_time_and_never_writes_after_its_succ
     ensure_crd(&client).await;
     let rounds = rounds(3);
     let ns = test_namespace(&client, "fault-failover").await;
+    let _cleanup_ns = Cleanup(vec![ns.clone()]);
     let first = Candidate::start(&ns, "fault-op-a").await;
     wait_until("a Lease holder", Duration::from_secs(30), || {
         holder(&client, &ns)
@@ -211,7 +213,6 @@ async fn a_sigstopped_leader_is_replaced_in_time_and_never_writes_after_its_succ
         ],
     );
     drop(pair);
-    delete_namespace(&client, &ns).await;
     assert!(
         split_brain.is_empty(),
         "{} writes of an old leader after its successor's first write",
@@ -230,6 +231,7 @@ async fn a_sigtermed_leader_finishes_its_work_releases_the_lease_and_the_standby
     let client = client().await;
     ensure_crd(&client).await;
     let ns = test_namespace(&client, "fault-sigterm").await;
+    let _cleanup_ns = Cleanup(vec![ns.clone()]);
     let observer = Observer::start(&client, Some(&ns));
     let first = Candidate::start(&ns, "fault-op-a").await;
     wait_until("a Lease holder", Duration::from_secs(30), || {

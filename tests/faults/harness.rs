@@ -433,6 +433,32 @@ impl Supervised {
     }
 }
 
+/// Deletes the scenario's namespaces when it ends, unless it failed: a failed
+/// scenario's objects stay for the post-mortem (with its operator logs in
+/// `<cluster dir>/logs`). Also keeps an all-namespaces operator of a later
+/// scenario from adopting an earlier scenario's jobs.
+pub struct Cleanup(pub Vec<String>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept namespaces {:?} for the post-mortem", self.0);
+            return;
+        }
+        for ns in &self.0 {
+            let _ = kubectl()
+                .args([
+                    "delete",
+                    "namespace",
+                    ns,
+                    "--wait=false",
+                    "--ignore-not-found",
+                ])
+                .output();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

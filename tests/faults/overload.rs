@@ -19,12 +19,12 @@ use tfjob_operator::api::fixtures::TfJobFixture;
 
 use crate::audit::{self, AuditEvent};
 use crate::harness::{
-    Supervised, apiserver_addr, apply_yaml, create_job, full, identity, jobs, kubectl_stdin, pods,
-    report, running,
+    Cleanup, Supervised, apiserver_addr, apply_yaml, create_job, full, identity, jobs,
+    kubectl_stdin, pods, report, running,
 };
 use crate::observer::Observer;
 use crate::operator::ensure_crd;
-use crate::support::{client, cluster_dir, delete_namespace, test_namespace, wait_until};
+use crate::support::{client, cluster_dir, test_namespace, wait_until};
 
 /// A hot loop would be thousands of requests a second; client-go's default
 /// backoff keeps a handful of jobs well under this.
@@ -252,6 +252,7 @@ async fn after_etcd_is_sigstopped_the_operator_recovers_with_nothing_duplicated(
     let client = client().await;
     ensure_crd(&client).await;
     let ns = test_namespace(&client, "fault-etcd").await;
+    let _cleanup_ns = Cleanup(vec![ns.clone()]);
     let observer = Observer::start(&client, Some(&ns));
     let kubeconfig = identity("fault-op-etcd", apiserver_addr()).await;
     let mut op = Supervised::start(&ns, kubeconfig);
@@ -314,5 +315,4 @@ async fn after_etcd_is_sigstopped_the_operator_recovers_with_nothing_duplicated(
         ],
     );
     drop(op);
-    delete_namespace(&client, &ns).await;
 }

@@ -24,11 +24,11 @@ use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::{RestartPolicy, TFJob};
 
 use crate::audit;
-use crate::harness::{Supervised, create_job, full, identity, jobs, report, running};
+use crate::harness::{Cleanup, Supervised, create_job, full, identity, jobs, report, running};
 use crate::observer::Observer;
 use crate::operator::ensure_crd;
 use crate::proxy::{FaultProxy, Mode};
-use crate::support::{client, compact_etcd, delete_namespace, test_namespace};
+use crate::support::{client, compact_etcd, test_namespace};
 
 const IDLE_JOBS: usize = 12;
 const LABEL_JOB: &str = "training.kubeflow.org/job-name";
@@ -152,7 +152,9 @@ async fn network_faults(all_namespaces: bool) {
     let client = client().await;
     ensure_crd(&client).await;
     let ns = test_namespace(&client, "fault-net").await;
+    let _cleanup_ns = Cleanup(vec![ns.clone()]);
     let lease_ns = test_namespace(&client, "fault-net-lease").await;
+    let _cleanup_lease_ns = Cleanup(vec![lease_ns.clone()]);
     let _observer = Observer::start(&client, Some(&ns));
     let proxy = FaultProxy::start(crate::harness::apiserver_addr()).await;
     let user = if all_namespaces {
@@ -301,8 +303,6 @@ async fn network_faults(all_namespaces: bool) {
     );
     let logs = op.logs.clone();
     drop(op);
-    delete_namespace(&client, &ns).await;
-    delete_namespace(&client, &lease_ns).await;
     assert!(
         resurrected.is_empty(),
         "children of the deleted job were re-created: {resurrected:?}"

@@ -16,13 +16,11 @@ use tfjob_operator::api::fixtures::TfJobFixture;
 
 use crate::audit;
 use crate::harness::{
-    apiserver_addr, error_lines, finished, identity, jobs, metric, report, running,
+    Cleanup, apiserver_addr, error_lines, finished, identity, jobs, metric, report, running,
 };
 use crate::observer::Observer;
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{
-    EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, client, delete_namespace, test_namespace,
-};
+use crate::support::{EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, client, test_namespace};
 
 fn jobs_count() -> usize {
     std::env::var("FAULT_SCALE_JOBS")
@@ -50,6 +48,7 @@ async fn scale_a_thousand_jobs_created_at_once_all_succeed_with_no_errors_or_dup
     ensure_crd(&client).await;
     let n = jobs_count();
     let ns = test_namespace(&client, "fault-scale").await;
+    let _cleanup_ns = Cleanup(vec![ns.clone()]);
     let observer = Observer::start(&client, Some(&ns));
     let user = "fault-op-scale";
     let kubeconfig = identity(user, apiserver_addr()).await;
@@ -160,7 +159,6 @@ async fn scale_a_thousand_jobs_created_at_once_all_succeed_with_no_errors_or_dup
     );
     let log = op.log.clone();
     drop(op);
-    delete_namespace(&client, &ns).await;
     assert_eq!(succeeded, n, "not every job Succeeded");
     assert_eq!(reconcile_errors, 0.0, "reconcile errors: {}", log.display());
     assert_eq!(log_errors, 0, "ERROR lines in {}", log.display());

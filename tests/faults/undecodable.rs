@@ -16,9 +16,11 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_yaml::Value;
 use tfjob_operator::api::fixtures::TfJobFixture;
 
-use crate::harness::{apiserver_addr, create_job, identity, jobs, kubectl_stdin, report, running};
+use crate::harness::{
+    Cleanup, apiserver_addr, create_job, identity, jobs, kubectl_stdin, report, running,
+};
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, delete_namespace, kubectl, run_ok, test_namespace, wait_until};
+use crate::support::{client, kubectl, run_ok, test_namespace, wait_until};
 
 const CRD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/kubeflow.org_tfjobs.yaml");
 
@@ -46,6 +48,7 @@ async fn an_undecodable_tfjob_is_reported_and_harms_nothing() {
     let client = client().await;
     ensure_crd(&client).await;
     let ns = test_namespace(&client, "fault-decode").await;
+    let _cleanup_ns = Cleanup(vec![ns.clone()]);
     kubectl_stdin(
         &["apply", "--server-side", "--force-conflicts", "-f", "-"],
         &loose_crd(),
@@ -138,7 +141,6 @@ async fn an_undecodable_tfjob_is_reported_and_harms_nothing() {
         ],
     );
     drop(op);
-    delete_namespace(&client, &ns).await;
     assert_eq!(
         now, uids,
         "Pods of the undecodable job were deleted or replaced"

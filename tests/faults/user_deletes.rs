@@ -18,7 +18,7 @@ use tfjob_operator::api::fixtures::TfJobFixture;
 
 use crate::audit;
 use crate::harness::{
-    apiserver_addr, create_job, error_lines, identity, jobs, metric, report, running,
+    Cleanup, apiserver_addr, create_job, error_lines, identity, jobs, metric, report, running,
 };
 use crate::observer::Observer;
 use crate::operator::{Operator, ensure_crd};
@@ -69,7 +69,9 @@ async fn user_deletes_of_pods_services_jobs_and_namespaces_converge_as_a_user_ex
     let client = client().await;
     ensure_crd(&client).await;
     let lease_ns = test_namespace(&client, "fault-lease").await;
+    let _cleanup_lease_ns = Cleanup(vec![lease_ns.clone()]);
     let ns = test_namespace(&client, "fault-deletes").await;
+    let _cleanup_ns = Cleanup(vec![ns.clone()]);
     let doomed = test_namespace(&client, "fault-nsdel").await;
     let observer = Observer::start(&client, None);
     let kubeconfig = identity("fault-op-users", apiserver_addr()).await;
@@ -219,6 +221,4 @@ async fn user_deletes_of_pods_services_jobs_and_namespaces_converge_as_a_user_ex
         op.log.display()
     );
     drop(op);
-    delete_namespace(&client, &ns).await;
-    delete_namespace(&client, &lease_ns).await;
 }

@@ -5,12 +5,16 @@
 //! Every job has a Chief and two Workers (and sometimes a PS). Its script is
 //! one of:
 //! - `ExitCode`, Worker 1 killed (137, retryable): the operator deletes and
-//!   re-creates that Pod (two UIDs at that index, `restarts` 1); then the
-//!   Chief exits 0: Succeeded.
+//!   re-creates that Pod (two UIDs at that index, `restarts` 1); then every
+//!   replica exits 0, the Chief last: Succeeded.
 //! - `ExitCode`, Worker 0 exits 1 (not retryable): Failed.
 //! - `OnFailure`, Worker 1 exits 1 (the kubelet restarts it in place), then
-//!   the Chief exits 0: Succeeded.
-//! - `Never`, the Chief exits 0 at once: Succeeded.
+//!   every replica exits 0, the Chief last: Succeeded.
+//! - `Never`: every replica exits 0, the Chief last: Succeeded.
+//!
+//! Each step waits for a Running Pod it has not ended yet, so after a
+//! re-creating restart the next step on that index waits for the new Pod:
+//! the script means the same thing however slow the operator is.
 //!
 //! The end state is compared, not predicted: the reference is the same
 //! script run in another namespace with an undisturbed operator.
@@ -43,23 +47,28 @@ pub struct Script {
 pub fn scripts(rng: &mut StdRng, n: usize, spread: Duration) -> Vec<Script> {
     (0..n)
         .map(|i| {
-            let (policy, exits): (RestartPolicy, Vec<(&'static str, i32)>) =
-                match rng.random_range(0..4) {
-                    0 => (
-                        RestartPolicy::ExitCode,
-                        vec![("worker-1", 137), ("chief-0", 0)],
-                    ),
-                    1 => (RestartPolicy::ExitCode, vec![("worker-0", 1)]),
-                    2 => (
-                        RestartPolicy::OnFailure,
-                        vec![("worker-1", 1), ("chief-0", 0)],
-                    ),
-                    _ => (RestartPolicy::Never, vec![("chief-0", 0)]),
-                };
+            let ps = rng.random_bool(0.5);
+            // A job that succeeds ends every other replica first, so what the
+            // status says about them does not depend on when the operator
+            // last looked (Running replicas of a finished job are cleaned up).
+            let finish = |mut steps: Vec<(&'static str, i32)>| {
+                steps.extend([("worker-0", 0), ("worker-1", 0)]);
+                if ps {
+                    steps.push(("ps-0", 0));
+                }
+                steps.push(("chief-0", 0));
+                steps
+            };
+            let (policy, exits) = match rng.random_range(0..4) {
+                0 => (RestartPolicy::ExitCode, finish(vec![("worker-1", 137)])),
+                1 => (RestartPolicy::ExitCode, vec![("worker-0", 1)]),
+                2 => (RestartPolicy::OnFailure, finish(vec![("worker-1", 1)])),
+                _ => (RestartPolicy::Never, finish(vec![])),
+            };
             Script {
                 name: format!("job-{i:02}"),
                 policy,
-                ps: rng.random_bool(0.5),
+                ps,
                 start_after_ms: rng.random_range(0..=spread.as_millis() as u64),
                 exits,
             }
@@ -92,7 +101,10 @@ pub async fn run(
             for (suffix, code) in &s.exits {
                 let pod = format!("{}-{suffix}", s.name);
                 let uid = end_pod(&client, &ns, &pod, *code, &ended, timeout).await;
-                ended.push(uid);
+                // OnFailure with a non-zero code restarts in place: same Pod.
+                if !(s.policy == RestartPolicy::OnFailure && *code != 0) {
+                    ended.push(uid);
+                }
             }
         }
     });
