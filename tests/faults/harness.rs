@@ -380,6 +380,7 @@ pub struct Supervised {
     /// Watch every namespace (no `--namespace`), Lease in `ns`.
     all_namespaces: bool,
     kubeconfig: std::path::PathBuf,
+    args: Vec<&'static str>,
     pub operator: Operator,
     pub restarts: usize,
     pub logs: Vec<std::path::PathBuf>,
@@ -388,19 +389,35 @@ pub struct Supervised {
 impl Supervised {
     /// One namespace, Lease in it.
     pub fn start(ns: &str, kubeconfig: std::path::PathBuf) -> Self {
-        Self::launch(ns, false, kubeconfig)
+        Self::launch(ns, false, kubeconfig, Vec::new())
+    }
+
+    /// [`Supervised::start`] or [`Supervised::start_all_namespaces`] with extra flags.
+    pub fn start_with(
+        ns: &str,
+        all_namespaces: bool,
+        kubeconfig: std::path::PathBuf,
+        args: Vec<&'static str>,
+    ) -> Self {
+        Self::launch(ns, all_namespaces, kubeconfig, args)
     }
 
     /// Every namespace, as the chart runs it; the Lease in `lease_ns`.
     pub fn start_all_namespaces(lease_ns: &str, kubeconfig: std::path::PathBuf) -> Self {
-        Self::launch(lease_ns, true, kubeconfig)
+        Self::launch(lease_ns, true, kubeconfig, Vec::new())
     }
 
-    fn launch(ns: &str, all_namespaces: bool, kubeconfig: std::path::PathBuf) -> Self {
-        let operator = Self::spawn(ns, all_namespaces, &kubeconfig);
+    fn launch(
+        ns: &str,
+        all_namespaces: bool,
+        kubeconfig: std::path::PathBuf,
+        args: Vec<&'static str>,
+    ) -> Self {
+        let operator = Self::spawn(ns, all_namespaces, &kubeconfig, &args);
         Self {
             ns: ns.to_owned(),
             all_namespaces,
+            args,
             logs: vec![operator.log.clone()],
             kubeconfig,
             operator,
@@ -408,17 +425,23 @@ impl Supervised {
         }
     }
 
-    fn spawn(ns: &str, all_namespaces: bool, kubeconfig: &std::path::Path) -> Operator {
+    fn spawn(
+        ns: &str,
+        all_namespaces: bool,
+        kubeconfig: &std::path::Path,
+        args: &[&str],
+    ) -> Operator {
         if all_namespaces {
-            Operator::start_all_namespaces(ns, &[], Some(kubeconfig.to_owned()))
+            Operator::start_all_namespaces(ns, args, Some(kubeconfig.to_owned()))
         } else {
-            Operator::start_with(ns, &[], Some(kubeconfig.to_owned()))
+            Operator::start_with(ns, args, Some(kubeconfig.to_owned()))
         }
     }
 
     pub fn keep_alive(&mut self) {
         if self.operator.exited() {
-            self.operator = Self::spawn(&self.ns, self.all_namespaces, &self.kubeconfig);
+            self.operator =
+                Self::spawn(&self.ns, self.all_namespaces, &self.kubeconfig, &self.args);
             self.logs.push(self.operator.log.clone());
             self.restarts += 1;
         }
