@@ -12,12 +12,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use serde_yaml::Value;
 use tfjob_operator::api::fixtures::TfJobFixture;
 
 use crate::harness::{
-    Cleanup, apiserver_addr, create_job, identity, jobs, kubectl_stdin, report, running,
+    Cleanup, apiserver_addr, create_job, identity, kubectl_stdin, report, running,
 };
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{client, kubectl, run_ok, test_namespace, wait_until};
@@ -84,12 +84,18 @@ async fn an_undecodable_tfjob_is_reported_and_harms_nothing() {
     })
     .await;
 
-    let patch =
-        serde_json::json!({"spec": {"tfReplicaSpecs": {"Worker": {"restartPolicy": "Sometimes"}}}});
-    jobs(&client, &ns)
-        .patch("bad", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("the loose CRD stores the undecodable value");
+    // kubectl, not our typed client: the answer is the undecodable object.
+    let patch = r#"{"spec":{"tfReplicaSpecs":{"Worker":{"restartPolicy":"Sometimes"}}}}"#;
+    run_ok(kubectl().args([
+        "patch",
+        "tfjob",
+        "bad",
+        "-n",
+        &ns,
+        "--type=merge",
+        "-p",
+        patch,
+    ]));
 
     // Other jobs are unaffected.
     create_job(&client, &ns, TfJobFixture::new("good").workers(1)).await;
