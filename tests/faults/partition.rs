@@ -280,7 +280,7 @@ async fn network_faults(all_namespaces: bool) {
         .lines()
         .filter(|l| l.contains("key taken from the workqueue: reconciling"))
         .filter_map(|l| l.split("key=").nth(1)?.split_whitespace().next())
-        .filter_map(|k| k.rsplit('/').next().map(str::to_owned))
+        .filter_map(|k| k.strip_prefix(&format!("{ns}/")).map(str::to_owned))
         .collect();
     let untouched_reconciled: Vec<&String> = reconciled
         .iter()
