@@ -13,6 +13,7 @@ use tfjob_operator::runtime::client::RateLimitLayer;
 use tfjob_operator::runtime::leader_election::LeaderElectionConfig;
 use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
 use tfjob_operator::tfjob::controller::{Options, setup};
+use tfjob_operator::tfjob::schema::{CRD_NAME, StatusSchema};
 
 #[derive(Parser)]
 #[command(
@@ -161,11 +162,24 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             handle_signals: true,
         },
     );
+    let (status_schema, unknown) = StatusSchema::detect(&client).await;
+    match &unknown {
+        None => {
+            tracing::info!(crd = CRD_NAME, schema = %status_schema, "detected the TFJob CRD's status schema")
+        }
+        Some(why) => {
+            tracing::warn!(crd = CRD_NAME, schema = %status_schema, "{why}; assuming Kubeflow's status schema, which is safe under either CRD")
+        }
+    }
+    manager
+        .readiness()
+        .add_detail(format!("crd {CRD_NAME}: {status_schema}"));
     let options = Options {
         namespace: args.namespace.clone(),
         workers: args.workers,
         cluster_domain: args.cluster_domain.clone(),
         write_concurrency: args.write_concurrency,
+        status_schema,
     };
     setup(&mut manager, InformerFactory::new(client), &options)?;
     manager.run().await?;

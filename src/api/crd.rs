@@ -107,6 +107,10 @@ fn add_validation(crd: &mut Value) {
                 "self.filter(k, k.lowerAscii() in ['chief', 'master']).size() <= 1",
                 "spec.tfReplicaSpecs: at most one Chief or Master (Master is the legacy name of Chief); keep one",
             ),
+            rule(
+                "self.all(k, !(k.lowerAscii() in ['chief', 'master']) || !has(self[k].replicas) || self[k].replicas <= 1)",
+                "spec.tfReplicaSpecs: a Chief or Master has at most 1 replica (replicas: 0 or 1); use Workers for more",
+            ),
         ],
     );
     let replica = at(specs, &["*"]);
@@ -118,6 +122,9 @@ fn add_validation(crd: &mut Value) {
     set(containers, "maxItems", json!(MAX_CONTAINERS));
     set(at(containers, &["[]", "name"]), "maxLength", json!(63));
     set(at(containers, &["[]", "image"]), "maxLength", json!(512));
+    let port = at(containers, &["[]", "ports", "[]", "containerPort"]);
+    set(port, "minimum", json!(1));
+    set(port, "maximum", json!(65535));
     push_rules(
         containers,
         vec![
@@ -150,13 +157,30 @@ fn add_validation(crd: &mut Value) {
             "spec.runPolicy.schedulingPolicy.queue: is immutable",
         )],
     );
-    for field in [
-        "ttlSecondsAfterFinished",
-        "activeDeadlineSeconds",
-        "backoffLimit",
-    ] {
+    for field in ["ttlSecondsAfterFinished", "backoffLimit"] {
         set(at(run_policy, &[field]), "minimum", json!(0));
     }
+    // 0 would fail every job on its first reconcile (Kubernetes Jobs refuse it too).
+    set(
+        at(run_policy, &["activeDeadlineSeconds"]),
+        "minimum",
+        json!(1),
+    );
+    set(
+        at(run_policy, &["schedulingPolicy", "minAvailable"]),
+        "minimum",
+        json!(0),
+    );
+    // `self == oldSelf` on managedBy itself cannot see it being set or
+    // unset (the rule runs only when both sides have it), so presence is
+    // compared one level up, where spec always exists on both sides.
+    push_rules(
+        spec,
+        vec![rule(
+            "(has(self.runPolicy) && has(self.runPolicy.managedBy)) == (has(oldSelf.runPolicy) && has(oldSelf.runPolicy.managedBy))",
+            "spec.runPolicy.managedBy: is immutable: it cannot be set or removed after the TFJob is created",
+        )],
+    );
 }
 
 #[cfg(test)]
@@ -187,7 +211,7 @@ mod tests {
         assert_eq!(specs["maxProperties"], 5);
         assert_eq!(
             specs["x-kubernetes-validations"].as_array().unwrap().len(),
-            2
+            3
         );
         let containers = &specs["additionalProperties"]["properties"]["template"]["properties"]["spec"]
             ["properties"]["containers"];
@@ -227,5 +251,16 @@ mod tests {
                 .get("type")
                 .is_some()
         );
+        assert!(
+            rp["schedulingPolicy"]["properties"]["minAvailable"]
+                .get("type")
+                .is_some()
+        );
+        let containers = &s["properties"]["spec"]["properties"]["tfReplicaSpecs"]["additionalProperties"]
+            ["properties"]["template"]["properties"]["spec"]["properties"]["containers"];
+        let port =
+            &containers["items"]["properties"]["ports"]["items"]["properties"]["containerPort"];
+        assert!(port.get("type").is_some(), "{port}");
+        assert_eq!(port["maximum"].as_f64(), Some(65535.0));
     }
 }

@@ -101,12 +101,26 @@ pub fn normalize(job_name: &str, spec: &TFJobSpec) -> Result<JobSpec, SpecError>
                 format!("must be 0 or more, got {count}"),
             ));
         }
+        if rtype.is_chief() && count > 1 {
+            return Err(spec_error(
+                format!("{field}.replicas"),
+                format!("a {rtype} has at most 1 replica, got {count}; use Workers for more"),
+            ));
+        }
+        let restart_policy = rs.restart_policy.unwrap_or(RestartPolicy::Never);
+        if restart_policy == RestartPolicy::Invalid {
+            return Err(spec_error(
+                format!("{field}.restartPolicy"),
+                "must be Always, OnFailure, Never or ExitCode",
+            ));
+        }
+        check_containers(&field, &rs.template)?;
         let mut template = rs.template.clone();
         let port = ensure_port(&mut template)
             .map_err(|problem| spec_error(format!("{field}.template.spec.containers"), problem))?;
         let replica = Replica {
             replicas: count,
-            restart_policy: rs.restart_policy.unwrap_or(RestartPolicy::Never),
+            restart_policy,
             template,
             port,
         };
@@ -125,6 +139,7 @@ pub fn normalize(job_name: &str, spec: &TFJobSpec) -> Result<JobSpec, SpecError>
         ));
     }
     let rp = &spec.run_policy;
+    check_run_policy(spec)?;
     Ok(JobSpec {
         replicas,
         clean_pod_policy: rp.clean_pod_policy.unwrap_or(CleanPodPolicy::None),
@@ -135,6 +150,82 @@ pub fn normalize(job_name: &str, spec: &TFJobSpec) -> Result<JobSpec, SpecError>
         suspend: rp.suspend.unwrap_or(false),
         enable_dynamic_worker: spec.enable_dynamic_worker,
     })
+}
+
+/// What the CRD's schema and CEL rules check on a replica's containers, for
+/// jobs stored under a CRD that does not (Kubeflow's validates nothing).
+fn check_containers(field: &str, template: &PodTemplateSpec) -> Result<(), SpecError> {
+    let containers = template
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
+    let at = format!("{field}.template.spec.containers");
+    if !containers.iter().any(|c| c.name == DEFAULT_CONTAINER_NAME) {
+        return Err(spec_error(
+            at,
+            format!(
+                "one container must be named {DEFAULT_CONTAINER_NAME:?} (it receives TF_CONFIG and its exit code decides restarts)"
+            ),
+        ));
+    }
+    for (i, c) in containers.iter().enumerate() {
+        if c.image.as_deref().is_none_or(str::is_empty) {
+            return Err(spec_error(
+                format!("{at}[{i}].image"),
+                format!("container {:?} needs a non-empty image", c.name),
+            ));
+        }
+        for (j, p) in c.ports.iter().flatten().enumerate() {
+            if !(1..=65535).contains(&p.container_port) {
+                return Err(spec_error(
+                    format!("{at}[{i}].ports[{j}].containerPort"),
+                    format!("must be between 1 and 65535, got {}", p.container_port),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The run policy's bounds and enums (the CRD's `minimum`s and enums).
+fn check_run_policy(spec: &TFJobSpec) -> Result<(), SpecError> {
+    let rp = &spec.run_policy;
+    let at_least = |field: &str, value: Option<i64>, min: i64| match value {
+        Some(v) if v < min => Err(spec_error(
+            format!("spec.runPolicy.{field}"),
+            format!("must be {min} or more, got {v}"),
+        )),
+        _ => Ok(()),
+    };
+    at_least(
+        "ttlSecondsAfterFinished",
+        rp.ttl_seconds_after_finished.map(i64::from),
+        0,
+    )?;
+    at_least("backoffLimit", rp.backoff_limit.map(i64::from), 0)?;
+    at_least("activeDeadlineSeconds", rp.active_deadline_seconds, 1)?;
+    at_least(
+        "schedulingPolicy.minAvailable",
+        rp.scheduling_policy
+            .as_ref()
+            .and_then(|s| s.min_available)
+            .map(i64::from),
+        0,
+    )?;
+    if rp.clean_pod_policy == Some(CleanPodPolicy::Invalid) {
+        return Err(spec_error(
+            "spec.runPolicy.cleanPodPolicy",
+            "must be All, Running or None",
+        ));
+    }
+    if spec.success_policy == Some(SuccessPolicy::Invalid) {
+        return Err(spec_error(
+            "spec.successPolicy",
+            "must be \"\" (worker 0 decides) or AllWorkers",
+        ));
+    }
+    Ok(())
 }
 
 /// The index of the container that gets TF_CONFIG: `tensorflow`, else the first.
@@ -277,6 +368,122 @@ mod tests {
         assert!(err.problem.contains("shorten the TFJob name"));
         let ok = "a".repeat(51); // 51 + "-evaluator-0" = 63
         assert!(normalize(&ok, &TfJobFixture::new(&ok).evaluators(1).build().spec).is_ok());
+    }
+
+    /// Under Kubeflow's CRD nothing is validated at `kubectl apply`: every
+    /// rule our CRD enforces must be enforced here too, naming the field.
+    #[test]
+    fn every_rule_of_our_crd_is_checked_again_naming_the_field() {
+        let from_json = |json: serde_json::Value| -> TFJobSpec {
+            serde_json::from_value(json).expect("decodes, however invalid")
+        };
+        let worker = |extra: serde_json::Value| {
+            let mut w = serde_json::json!({
+                "replicas": 1,
+                "template": {"spec": {"containers": [
+                    {"name": "tensorflow", "image": "tf:2"}
+                ]}}
+            });
+            if let (Some(w), Some(extra)) = (w.as_object_mut(), extra.as_object()) {
+                w.extend(extra.clone());
+            }
+            w
+        };
+        let cases: Vec<(&str, serde_json::Value, &str)> = vec![
+            (
+                "no tensorflow container",
+                serde_json::json!({"tfReplicaSpecs": {"Worker": worker(serde_json::json!({
+                    "template": {"spec": {"containers": [{"name": "main", "image": "tf:2"}]}}}))}}),
+                "spec.tfReplicaSpecs[Worker].template.spec.containers",
+            ),
+            (
+                "empty image",
+                serde_json::json!({"tfReplicaSpecs": {"Worker": worker(serde_json::json!({
+                    "template": {"spec": {"containers": [{"name": "tensorflow", "image": ""}]}}}))}}),
+                "spec.tfReplicaSpecs[Worker].template.spec.containers[0].image",
+            ),
+            (
+                "negative replicas",
+                serde_json::json!({"tfReplicaSpecs": {"Worker": worker(serde_json::json!({"replicas": -1}))}}),
+                "spec.tfReplicaSpecs[Worker].replicas",
+            ),
+            (
+                "bad restartPolicy",
+                serde_json::json!({"tfReplicaSpecs": {"Worker": worker(serde_json::json!({"restartPolicy": "Sometimes"}))}}),
+                "spec.tfReplicaSpecs[Worker].restartPolicy",
+            ),
+            (
+                "two chiefs",
+                serde_json::json!({"tfReplicaSpecs": {"Chief": worker(serde_json::json!({"replicas": 2}))}}),
+                "spec.tfReplicaSpecs[Chief].replicas",
+            ),
+            (
+                "chief and master",
+                serde_json::json!({"tfReplicaSpecs": {"Chief": worker(serde_json::json!({})), "Master": worker(serde_json::json!({}))}}),
+                "spec.tfReplicaSpecs",
+            ),
+            (
+                "unknown replica type",
+                serde_json::json!({"tfReplicaSpecs": {"Launcher": worker(serde_json::json!({}))}}),
+                "spec.tfReplicaSpecs[Launcher]",
+            ),
+            (
+                "port out of range",
+                serde_json::json!({"tfReplicaSpecs": {"Worker": worker(serde_json::json!({
+                    "template": {"spec": {"containers": [{"name": "tensorflow", "image": "tf:2",
+                        "ports": [{"name": "tfjob-port", "containerPort": 70000}]}]}}}))}}),
+                "spec.tfReplicaSpecs[Worker].template.spec.containers[0].ports[0].containerPort",
+            ),
+            (
+                "zero deadline",
+                serde_json::json!({"tfReplicaSpecs": {"Worker": worker(serde_json::json!({}))},
+                    "runPolicy": {"activeDeadlineSeconds": 0}}),
+                "spec.runPolicy.activeDeadlineSeconds",
+            ),
+            (
+                "negative backoffLimit",
+                serde_json::json!({"tfReplicaSpecs": {"Worker": worker(serde_json::json!({}))},
+                    "runPolicy": {"backoffLimit": -1}}),
+                "spec.runPolicy.backoffLimit",
+            ),
+            (
+                "negative minAvailable",
+                serde_json::json!({"tfReplicaSpecs": {"Worker": worker(serde_json::json!({}))},
+                    "runPolicy": {"schedulingPolicy": {"minAvailable": -1}}}),
+                "spec.runPolicy.schedulingPolicy.minAvailable",
+            ),
+            (
+                "bad cleanPodPolicy",
+                serde_json::json!({"tfReplicaSpecs": {"Worker": worker(serde_json::json!({}))},
+                    "runPolicy": {"cleanPodPolicy": "Some"}}),
+                "spec.runPolicy.cleanPodPolicy",
+            ),
+            (
+                "bad successPolicy",
+                serde_json::json!({"tfReplicaSpecs": {"Worker": worker(serde_json::json!({}))},
+                    "successPolicy": "AnyWorker"}),
+                "spec.successPolicy",
+            ),
+            (
+                "no replica types",
+                serde_json::json!({"tfReplicaSpecs": {}}),
+                "spec.tfReplicaSpecs",
+            ),
+        ];
+        for (what, json, field) in cases {
+            let err =
+                normalize("j", &from_json(json)).expect_err(&format!("{what} must be refused"));
+            assert_eq!(err.field, field, "{what}: {err}");
+        }
+        let long = "a".repeat(60);
+        let err = normalize(
+            &long,
+            &from_json(
+                serde_json::json!({"tfReplicaSpecs": {"Worker": worker(serde_json::json!({}))}}),
+            ),
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "metadata.name");
     }
 
     #[test]

@@ -76,13 +76,26 @@ pub struct ReplicaSpec {
     pub restart_policy: Option<RestartPolicy>,
 }
 
-/// A replica's restart policy.
+// Each enum below has an `Invalid` catch-all, left out of the CRD schema:
+// our CRD refuses other values at `kubectl apply`, but Kubeflow's CRD (which
+// users who migrate keep) accepts any string. Decoding such a job must not
+// fail — the informer would skip it and the user would never hear why — so
+// it decodes, and `defaults::normalize` refuses it naming the field.
+
+/// What happens when a replica's Pod fails: `Always` and `OnFailure`
+/// restart it, `Never` does not, `ExitCode` restarts it only when the
+/// `tensorflow` container exited with a code ≥ 128 (killed by a signal,
+/// e.g. 137 or 143). Default `Never`.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum RestartPolicy {
     Always,
     OnFailure,
     Never,
     ExitCode,
+    /// Any other value (only Kubeflow's CRD lets one through).
+    #[serde(other)]
+    #[schemars(skip)]
+    Invalid,
 }
 
 /// Which Pods to delete when the job finishes.
@@ -94,6 +107,10 @@ pub enum CleanPodPolicy {
     Running,
     /// Leave every Pod (the default).
     None,
+    /// Any other value (only Kubeflow's CRD lets one through).
+    #[serde(other)]
+    #[schemars(skip)]
+    Invalid,
 }
 
 /// When a job without a Chief counts as succeeded.
@@ -104,6 +121,10 @@ pub enum SuccessPolicy {
     Default,
     /// Every Worker.
     AllWorkers,
+    /// Any other value (only Kubeflow's CRD lets one through).
+    #[serde(other)]
+    #[schemars(skip)]
+    Invalid,
 }
 
 /// Policies for the whole job (Kubeflow's `RunPolicy`).

@@ -57,6 +57,8 @@ impl ServerError {
 pub struct Readiness {
     synced: Arc<AtomicBool>,
     stopping: Arc<AtomicBool>,
+    /// Lines shown after the verdict, e.g. which CRD schema was detected.
+    details: Arc<std::sync::RwLock<Vec<String>>>,
 }
 
 impl Readiness {
@@ -73,6 +75,24 @@ impl Readiness {
     /// Shutdown has begun; not ready from now on.
     pub fn mark_stopping(&self) {
         self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// Adds a line of detail to every `/readyz` answer (facts found at
+    /// startup that an operator of the operator wants to see).
+    pub fn add_detail(&self, line: impl Into<String>) {
+        self.details
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(line.into());
+    }
+
+    /// The verdict's text followed by the detail lines.
+    fn body(&self, verdict: &str) -> String {
+        let details = self.details.read().unwrap_or_else(|p| p.into_inner());
+        std::iter::once(verdict)
+            .chain(details.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// `Ok` when ready, else why not.
@@ -99,8 +119,8 @@ async fn healthz() -> &'static str {
 
 async fn readyz(State(state): State<AppState>) -> Response {
     match state.readiness.check() {
-        Ok(()) => (StatusCode::OK, "ok").into_response(),
-        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
+        Ok(()) => (StatusCode::OK, state.readiness.body("ok")).into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, state.readiness.body(why)).into_response(),
     }
 }
 

@@ -20,6 +20,17 @@ use crate::api::{ReplicaType, RestartPolicy, TFJob};
 
 use super::tf_config::{is_distributed, replica_name, tf_config};
 
+/// The labels a job's children must carry to be claimed by it (Kubeflow's
+/// selector): the job name *and* our operator name, so another operator's
+/// Pods that happen to carry a job-name label are never adopted.
+pub fn child_selector(job: &str) -> BTreeMap<String, String> {
+    [
+        (LABEL_JOB_NAME.to_owned(), job.to_owned()),
+        (LABEL_OPERATOR_NAME.to_owned(), OPERATOR_NAME.to_owned()),
+    ]
+    .into()
+}
+
 /// The labels that select one replica's Pod (and are its Service's selector).
 pub fn replica_labels(job: &str, rtype: ReplicaType, index: i32) -> BTreeMap<String, String> {
     BTreeMap::from([
@@ -83,7 +94,8 @@ impl ChildContext<'_> {
             match replica.restart_policy {
                 RestartPolicy::Always => "Always",
                 RestartPolicy::OnFailure => "OnFailure",
-                RestartPolicy::Never | RestartPolicy::ExitCode => "Never",
+                // `Invalid` never gets here: `normalize` refuses it.
+                RestartPolicy::Never | RestartPolicy::ExitCode | RestartPolicy::Invalid => "Never",
             }
             .to_owned(),
         );
@@ -114,6 +126,12 @@ impl ChildContext<'_> {
                     .metadata
                     .as_ref()
                     .and_then(|m| m.annotations.clone()),
+                // Kubeflow copies the template's metadata whole; finalizers
+                // matter to tools that hold a Pod back (e.g. log shippers).
+                finalizers: template
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.finalizers.clone()),
                 owner_references: Some(vec![self.owner.clone()]),
                 ..ObjectMeta::default()
             },
@@ -215,6 +233,65 @@ mod tests {
         );
         assert_eq!(owner.controller, Some(true));
         assert_eq!(owner.block_owner_deletion, Some(true));
+    }
+
+    #[test]
+    fn only_orphans_with_our_operator_label_are_adopted() {
+        use crate::runtime::ownership::claim;
+        let orphan = |labels: &[(&str, &str)]| {
+            let mut pod = Pod::default();
+            pod.metadata.name = Some("mnist-worker-0".into());
+            pod.metadata.labels = Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            );
+            std::sync::Arc::new(pod)
+        };
+        let ours = orphan(&[
+            (LABEL_JOB_NAME, "mnist"),
+            (LABEL_OPERATOR_NAME, OPERATOR_NAME),
+        ]);
+        let foreign = orphan(&[(LABEL_JOB_NAME, "mnist")]);
+        let claimed = claim("uid-1", &child_selector("mnist"), [ours, foreign]);
+        assert_eq!(claimed.adopt.len(), 1);
+        assert_eq!(
+            claimed.adopt[0].metadata.labels.as_ref().unwrap()[LABEL_OPERATOR_NAME],
+            OPERATOR_NAME
+        );
+    }
+
+    #[test]
+    fn pod_keeps_the_templates_labels_annotations_and_finalizers() {
+        let mut job = job();
+        let meta = job
+            .spec
+            .tf_replica_specs
+            .get_mut("Worker")
+            .unwrap()
+            .template
+            .metadata
+            .get_or_insert_with(Default::default);
+        meta.labels = Some([("team".to_owned(), "ml".to_owned())].into());
+        meta.annotations = Some([("note".to_owned(), "x".to_owned())].into());
+        meta.finalizers = Some(vec!["example.com/keep-logs".to_owned()]);
+        let spec = normalize("mnist", &job.spec).unwrap();
+        let owner = owner_reference(&job).unwrap();
+        let ctx = ChildContext {
+            name: "mnist",
+            namespace: "default",
+            spec: &spec,
+            owner: &owner,
+            cluster_domain: None,
+        };
+        let pod = ctx.pod(ReplicaType::Worker, 0).unwrap();
+        assert_eq!(pod.metadata.labels.unwrap()["team"], "ml");
+        assert_eq!(pod.metadata.annotations.unwrap()["note"], "x");
+        assert_eq!(
+            pod.metadata.finalizers.unwrap(),
+            ["example.com/keep-logs".to_owned()]
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@ use super::observer::ExpectationsObserver;
 use super::plan::PlanConfig;
 use super::read_your_writes::WrittenStatus;
 use super::reconcile::{JOB_NAME_INDEX, SyncError, TfJobReconciler};
+use super::schema::StatusSchema;
 
 /// The event source name on Events we write (Kubeflow's).
 pub const COMPONENT: &str = "tfjob-controller";
@@ -33,6 +34,8 @@ pub struct Options {
     pub workers: usize,
     pub cluster_domain: Option<String>,
     pub write_concurrency: usize,
+    /// The installed CRD's status schema ([`super::schema`]).
+    pub status_schema: StatusSchema,
 }
 
 /// Why the controller could not be set up.
@@ -114,6 +117,7 @@ pub fn reconciler(
         metrics: JobMetrics::register(&manager.registry()),
         plan_config: PlanConfig {
             cluster_domain: options.cluster_domain.clone(),
+            status_schema: options.status_schema,
         },
         write_concurrency: options.write_concurrency,
         written: WrittenStatus::default(),

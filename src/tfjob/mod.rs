@@ -4,6 +4,7 @@
 //! shared engine under `pkg/controller.v1/common`, with its known bugs fixed
 //! (see `docs/` and the README).
 
+pub mod bookkeeping;
 pub mod children;
 pub mod conditions;
 pub mod controller;
@@ -15,4 +16,5 @@ pub mod plan;
 mod plan_tests;
 pub mod read_your_writes;
 pub mod reconcile;
+pub mod schema;
 pub mod tf_config;

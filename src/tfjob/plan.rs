@@ -10,7 +10,11 @@
 //! - `activeDeadlineSeconds` fires even if nothing else happens: the plan
 //!   asks for a requeue at the deadline;
 //! - every restart, including an `ExitCode` re-creation, counts against
-//!   `backoffLimit`, and the count survives operator restarts (in status);
+//!   `backoffLimit`, exactly once even across operator crashes, and the
+//!   count survives under Kubeflow's CRD too ([`super::bookkeeping`]);
+//! - Restarting and Running exclude each other, and Restarting stays until
+//!   the replacement runs (Kubeflow shows Running as soon as the failed Pod
+//!   is gone);
 //! - a terminating or evicted Pod is not a failure;
 //! - a succeeded index is never run again after its Pod disappears;
 //! - on a deadline or backoff failure only unfinished Pods are stopped
@@ -30,9 +34,11 @@ use crate::api::{
     CleanPodPolicy, ReplicaStatus, ReplicaType, RestartPolicy, SuccessPolicy, TFJob, TFJobStatus,
 };
 
+use super::bookkeeping::Bookkeeping;
 use super::children::{ChildContext, owner_reference, replica_of};
 use super::conditions::{self, is_finished, is_true};
 use super::index_set;
+use super::schema::StatusSchema;
 
 /// Exit codes at or above this mean the process was killed by a signal
 /// (137 = SIGKILL, 143 = SIGTERM): retryable under `ExitCode`.
@@ -53,6 +59,8 @@ pub struct Observed<'a> {
 pub struct PlanConfig {
     /// Appended to `.svc` in TF_CONFIG addresses.
     pub cluster_domain: Option<String>,
+    /// The installed CRD's status schema: what the API server keeps.
+    pub status_schema: StatusSchema,
 }
 
 /// One API write the plan asks for.
@@ -91,6 +99,9 @@ pub struct Plan {
     pub requeue_after: Option<Duration>,
     /// False when the job is not ours to manage (`managedBy`): write nothing.
     pub manage: bool,
+    /// New bookkeeping to write *before* any action (a restart is counted
+    /// before its Pod is deleted); `None` when nothing worth writing changed.
+    pub bookkeeping: Option<Bookkeeping>,
 }
 
 impl Plan {
@@ -120,13 +131,48 @@ pub fn plan(obs: &Observed<'_>, cfg: &PlanConfig) -> Plan {
     if job.metadata.deletion_timestamp.is_some() || !is_managed_here(managed_by) {
         return Plan::default();
     }
-    let now = Time(obs.now);
     let mut p = Plan {
         status: job.status.clone().unwrap_or_default(),
         manage: true,
         ..Plan::default()
     };
+    let stored = Bookkeeping::of(job);
+    let mut books = stored.clone();
+    plan_into(&mut p, &mut books, obs, cfg, name, namespace);
+    // What every pass remembers, whatever path it took: counted Pods that
+    // are gone are forgotten, and our display copies of the bookkeeping.
+    books.forget_gone_pods(obs.pods.iter().filter_map(|p| p.metadata.uid.as_deref()));
+    // Once the job has finished, only the order to stop its Pods is worth a
+    // write: its restarts and succeeded indexes will never be read again.
+    let worth_writing = if is_finished(&p.status) {
+        books.stop_unfinished != stored.stop_unfinished
+    } else {
+        books.differs_from(&stored)
+    };
+    if worth_writing {
+        p.bookkeeping = Some(books.clone());
+    }
+    for (rtype, rs) in p.status.replica_statuses.iter_mut() {
+        rs.restarts = books.restarts.get(rtype).copied().unwrap_or(0);
+        rs.succeeded_indexes = books.succeeded_indexes.get(rtype).cloned();
+    }
     p.status.observed_generation = job.metadata.generation;
+    cfg.status_schema.prune(&mut p.status);
+    p
+}
+
+/// The body of [`plan`]: fills in `p` and `books`, returning early on the
+/// paths that end a pass (invalid, finished, suspended, failed).
+fn plan_into(
+    p: &mut Plan,
+    books: &mut Bookkeeping,
+    obs: &Observed<'_>,
+    cfg: &PlanConfig,
+    name: &str,
+    namespace: &str,
+) {
+    let job = obs.job;
+    let now = Time(obs.now);
     if !p
         .status
         .conditions
@@ -160,11 +206,11 @@ pub fn plan(obs: &Observed<'_>, cfg: &PlanConfig) -> Plan {
                 );
                 p.status.completion_time.get_or_insert(now);
             }
-            return p;
+            return;
         }
     };
     let Some(owner) = owner_reference(job) else {
-        return p;
+        return;
     };
     let ctx = ChildContext {
         name,
@@ -176,12 +222,13 @@ pub fn plan(obs: &Observed<'_>, cfg: &PlanConfig) -> Plan {
     let children = Children::group(obs.pods, obs.services);
 
     if is_finished(&p.status) {
-        finish(&mut p, &spec, &children, obs.now, false);
-        return p;
+        let stop = books.stop_unfinished;
+        finish(p, &spec, &children, obs.now, stop);
+        return;
     }
     if spec.suspend {
-        suspend(&mut p, name, &children, &now);
-        return p;
+        suspend(p, name, &children, &now);
+        return;
     }
     if is_true(&p.status, condition::SUSPENDED) {
         let msg = format!("TFJob {name} is resumed.");
@@ -198,20 +245,35 @@ pub fn plan(obs: &Observed<'_>, cfg: &PlanConfig) -> Plan {
     }
     let start = p.status.start_time.get_or_insert_with(|| now.clone()).0;
 
-    let tally = Tally::count(&spec, &children, &p.status);
+    let restarts_before = books.total_restarts();
+    let tally = Tally::count(&spec, &children, books);
     p.status.replica_statuses = tally.statuses.clone();
 
-    // Backoff: every restart so far, plus the failures we would restart now.
+    // Backoff, as Kubeflow and Kubernetes Jobs count it: in-place restarts
+    // (the kubelet's restartCount of running Pods) fail the job once they
+    // reach the limit; a failure that needs a new restart fails it when that
+    // restart would exceed the limit. Re-creations (which Kubeflow forgets,
+    // #2045) count in both. So with a limit of N, N re-creations run and the
+    // failure that would need the N+1th fails the job.
     if let Some(limit) = spec.backoff_limit {
-        let restarts = tally.restarts_so_far();
-        let new_failures = tally.retries.iter().filter(|r| !r.evicted).count() as i32;
-        if restarts > limit || (new_failures > 0 && restarts + new_failures > limit) {
-            let msg = format!(
-                "TFJob {namespace}/{name} has failed because it has reached the specified backoff limit ({limit} restarts)."
-            );
-            fail(&mut p, msg, &now);
-            finish(&mut p, &spec, &children, obs.now, true);
-            return p;
+        let so_far = restarts_before + tally.in_place_restarts;
+        let past = if limit == 0 {
+            tally.in_place_restarts > 0
+        } else {
+            tally.in_place_restarts > 0 && so_far >= limit
+        };
+        let new = tally.new_restarts;
+        if past || (new > 0 && so_far + new > limit) {
+            // The failures of this pass are not restarted: not counted.
+            *books = Bookkeeping {
+                stop_unfinished: true,
+                ..Bookkeeping::of(job)
+            };
+            let msg =
+                format!("Job {name} has failed because it has reached the specified backoff limit");
+            fail(p, msg, &now);
+            finish(p, &spec, &children, obs.now, true);
+            return;
         }
     }
     if let Some(deadline) = spec.active_deadline_seconds {
@@ -219,17 +281,19 @@ pub fn plan(obs: &Observed<'_>, cfg: &PlanConfig) -> Plan {
             .saturating_add(jiff::SignedDuration::from_secs(deadline))
             .unwrap_or(start);
         if obs.now >= ends {
+            books.stop_unfinished = true;
             let msg = format!(
-                "TFJob {namespace}/{name} has failed because it was active longer than specified deadline ({deadline} s)."
+                "Job {name} has failed because it was active longer than specified deadline"
             );
-            fail(&mut p, msg, &now);
-            finish(&mut p, &spec, &children, obs.now, true);
-            return p;
+            fail(p, msg, &now);
+            finish(p, &spec, &children, obs.now, true);
+            return;
         }
         p.requeue_in(duration_between(obs.now, ends));
     }
 
-    // Retryable failures: delete the Pod (it is re-created next pass) and say so.
+    // Retryable failures: delete the Pod (it is re-created next pass) and
+    // say so. The restart is already in `books`, which is written first.
     for retry in &tally.retries {
         p.actions.push(Action::DeletePod {
             name: retry.pod.clone(),
@@ -245,7 +309,7 @@ pub fn plan(obs: &Observed<'_>, cfg: &PlanConfig) -> Plan {
         );
         if !retry.evicted {
             let msg = format!(
-                "TFJob {name} is restarting because 1 {} replica(s) failed.",
+                "job {name} is restarting because {} replica(s) failed.",
                 retry.rtype
             );
             p.event(true, reason::RESTARTING, msg.clone());
@@ -259,10 +323,10 @@ pub fn plan(obs: &Observed<'_>, cfg: &PlanConfig) -> Plan {
             );
         }
     }
-    update_conditions(&mut p, &spec, &tally, name, namespace, &now);
+    update_conditions(p, &spec, &tally, name, namespace, &now);
     if is_finished(&p.status) {
-        finish(&mut p, &spec, &children, obs.now, false);
-        return p;
+        finish(p, &spec, &children, obs.now, false);
+        return;
     }
 
     // Converge children toward the spec.
@@ -292,7 +356,6 @@ pub fn plan(obs: &Observed<'_>, cfg: &PlanConfig) -> Plan {
             p.actions.push(Action::DeleteService { name: name.clone() });
         }
     }
-    p
 }
 
 fn in_spec(spec: &JobSpec, rtype: ReplicaType, index: i32) -> bool {
@@ -417,30 +480,39 @@ struct Tally {
     statuses: BTreeMap<String, ReplicaStatus>,
     retries: Vec<Retry>,
     missing_pods: Vec<(ReplicaType, i32)>,
-    live_restarts: i32,
+    /// Restarts counted by this pass (failures not counted before).
+    new_restarts: i32,
+    /// The kubelet's restarts of running Pods whose policy restarts.
+    in_place_restarts: i32,
+    /// Slots (not succeeded) whose Pod is not running: a restart is still
+    /// in progress while there are any.
+    slots_not_running: usize,
     worker0_succeeded: bool,
-    /// Types with non-retryable failures, with their counts.
+    /// Types with failures that are not restarted, with their counts.
     failed: Vec<(ReplicaType, i32)>,
+    /// Non-retryable exits: `(pod, exit code)`, for `ExitedWithCode`.
+    exits: Vec<(String, i32)>,
 }
 
 impl Tally {
-    fn count(spec: &JobSpec, children: &Children<'_>, old: &TFJobStatus) -> Self {
+    /// Counts the Pods; new restarts are counted into `books` by the failed
+    /// Pod's UID, so a pass that runs twice counts each restart once.
+    fn count(spec: &JobSpec, children: &Children<'_>, books: &mut Bookkeeping) -> Self {
         let mut t = Tally {
             statuses: BTreeMap::new(),
             retries: Vec::new(),
             missing_pods: Vec::new(),
-            live_restarts: 0,
+            new_restarts: 0,
+            in_place_restarts: 0,
+            slots_not_running: 0,
             worker0_succeeded: false,
             failed: Vec::new(),
+            exits: Vec::new(),
         };
         for (&rtype, replica) in &spec.replicas {
-            let previous = old.replica_statuses.get(rtype.as_str());
-            let mut succeeded_set =
-                index_set::parse(previous.and_then(|s| s.succeeded_indexes.as_deref()));
-            let mut rs = ReplicaStatus {
-                restarts: previous.map_or(0, |s| s.restarts),
-                ..ReplicaStatus::default()
-            };
+            let mut succeeded_set = books.succeeded(rtype.as_str());
+            let mut rs = ReplicaStatus::default();
+            let restarts_in_place = !matches!(replica.restart_policy, RestartPolicy::Never);
             for index in 0..replica.replicas {
                 let pods = children
                     .pods
@@ -453,68 +525,81 @@ impl Tally {
                     // index stays succeeded; otherwise the slot is empty.
                     if succeeded_set.contains(&index) {
                         rs.succeeded += 1;
-                    } else if pods.is_empty() {
-                        t.missing_pods.push((rtype, index));
+                    } else {
+                        t.slots_not_running += 1;
+                        if pods.is_empty() {
+                            t.missing_pods.push((rtype, index));
+                        }
                     }
                     continue;
                 };
-                t.live_restarts += in_place_restarts(pod);
                 match phase(pod) {
-                    "Running" => rs.active += 1,
+                    "Running" => {
+                        rs.active += 1;
+                        if restarts_in_place {
+                            t.in_place_restarts += in_place_restarts(pod);
+                        }
+                    }
                     "Succeeded" => {
                         rs.succeeded += 1;
                         succeeded_set.insert(index);
                     }
                     "Failed" => {
+                        t.slots_not_running += 1;
                         let code = exit_code(pod);
                         let evicted = disrupted(pod);
                         let retryable = evicted
                             || match replica.restart_policy {
                                 RestartPolicy::Always | RestartPolicy::OnFailure => true,
                                 RestartPolicy::ExitCode => code >= FIRST_RETRYABLE_EXIT_CODE,
-                                RestartPolicy::Never => false,
+                                RestartPolicy::Never | RestartPolicy::Invalid => false,
                             };
-                        if retryable {
-                            if !evicted {
-                                rs.restarts += 1;
-                            }
-                            t.retries.push(Retry {
-                                rtype,
-                                pod: pod.metadata.name.clone().unwrap_or_default(),
-                                uid: pod.metadata.uid.clone(),
-                                exit_code: code,
-                                evicted,
-                            });
-                        } else {
+                        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+                        if !retryable {
                             rs.failed += 1;
+                            t.exits.push((pod_name, code));
+                            continue;
                         }
+                        if !evicted {
+                            // Kubeflow counts a restarting Pod as failed.
+                            rs.failed += 1;
+                            let uid = pod.metadata.uid.as_deref().unwrap_or(&pod_name);
+                            if books.count_restart(rtype, uid) {
+                                t.new_restarts += 1;
+                            }
+                        }
+                        t.retries.push(Retry {
+                            rtype,
+                            pod: pod_name,
+                            uid: pod.metadata.uid.clone(),
+                            exit_code: code,
+                            evicted,
+                        });
                     }
-                    _ => {}
+                    _ => t.slots_not_running += 1,
                 }
             }
             if rtype == ReplicaType::Worker && succeeded_set.contains(&0) {
                 t.worker0_succeeded = true;
             }
-            if rs.failed > 0 {
-                t.failed.push((rtype, rs.failed));
+            let permanent = rs.failed
+                - t.retries
+                    .iter()
+                    .filter(|r| r.rtype == rtype && !r.evicted)
+                    .count() as i32;
+            if permanent > 0 {
+                t.failed.push((rtype, permanent));
             }
-            // Restarts of this pass are counted in `restarts` already; the
-            // backoff check adds them separately, so keep them apart there.
-            rs.succeeded_indexes = index_set::format(&succeeded_set);
+            books.set_succeeded(rtype.as_str(), &succeeded_set);
             t.statuses.insert(rtype.as_str().to_owned(), rs);
         }
         t
     }
-
-    /// Restarts before this pass: persisted ones plus the kubelet's in-place ones.
-    fn restarts_so_far(&self) -> i32 {
-        let persisted: i32 = self.statuses.values().map(|s| s.restarts).sum();
-        let new = self.retries.iter().filter(|r| !r.evicted).count() as i32;
-        persisted - new + self.live_restarts
-    }
 }
 
 /// Running / Succeeded / Failed from the counts (Kubeflow's `UpdateJobStatus`).
+/// Running and Restarting replace each other; once Restarting, the job shows
+/// Running again only when every restarted replica runs again.
 fn update_conditions(
     p: &mut Plan,
     spec: &JobSpec,
@@ -544,7 +629,8 @@ fn update_conditions(
     } else {
         (false, false)
     };
-    if running {
+    let restarting = is_true(&p.status, condition::RESTARTING) && t.slots_not_running > 0;
+    if running && !restarting {
         let msg = running_msg();
         conditions::set(
             &mut p.status,
@@ -558,6 +644,13 @@ fn update_conditions(
     for &(rtype, n) in &t.failed {
         if spec.enable_dynamic_worker && rtype == ReplicaType::Worker {
             continue;
+        }
+        for (pod, code) in &t.exits {
+            p.event(
+                false,
+                event::EXITED_WITH_CODE,
+                format!("Pod: {namespace}.{pod} exited with code {code}"),
+            );
         }
         let msg =
             format!("TFJob {namespace}/{name} has failed because {n} {rtype} replica(s) failed.");
@@ -581,7 +674,9 @@ fn update_conditions(
 
 /// A finished job: clean up as `cleanPodPolicy` says and honour the TTL.
 /// `stop_unfinished` (deadline or backoff failure) stops running and pending
-/// Pods whatever the policy, but keeps finished ones for their logs.
+/// Pods whatever the policy, but keeps finished ones for their logs; it is
+/// remembered, so a stop that failed is retried on every pass until the
+/// Pods are gone, and `active` shows how many still run meanwhile.
 fn finish(
     p: &mut Plan,
     spec: &JobSpec,
@@ -594,12 +689,14 @@ fn finish(
         (_, true) => CleanPodPolicy::Running,
         (policy, false) => policy,
     };
+    let mut still_active: BTreeMap<ReplicaType, i32> = BTreeMap::new();
     for (slot, pods) in &children.pods {
         for pod in pods.iter().filter(|p| !terminating(p)) {
+            let unfinished = matches!(phase(pod), "Running" | "Pending");
             let delete = match policy {
                 CleanPodPolicy::All => true,
-                CleanPodPolicy::Running => matches!(phase(pod), "Running" | "Pending"),
-                CleanPodPolicy::None => false,
+                CleanPodPolicy::Running => unfinished,
+                CleanPodPolicy::None | CleanPodPolicy::Invalid => false,
             };
             if delete {
                 p.actions.push(delete_pod(pod));
@@ -607,6 +704,16 @@ fn finish(
                     p.actions.push(Action::DeleteService { name: svc.clone() });
                 }
             }
+            if stop_unfinished && unfinished {
+                *still_active.entry(slot.0).or_default() += 1;
+            }
+        }
+    }
+    if stop_unfinished && is_true(&p.status, condition::FAILED) {
+        for (rtype, rs) in p.status.replica_statuses.iter_mut() {
+            rs.active = ReplicaType::parse(rtype)
+                .and_then(|t| still_active.get(&t).copied())
+                .unwrap_or(0);
         }
     }
     if is_true(&p.status, condition::SUCCEEDED) {

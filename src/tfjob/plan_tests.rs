@@ -10,8 +10,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::bookkeeping::{ANNOTATION as BOOKKEEPING, Bookkeeping};
 use super::children::{ChildContext, owner_reference};
 use super::plan::{Action, Observed, Plan, PlanConfig, plan, succeeded_indexes};
+use super::schema::StatusSchema;
 use crate::api::defaults::normalize;
 use crate::api::fixtures::TfJobFixture;
 use crate::api::{
@@ -29,6 +31,7 @@ struct World {
     job: TFJob,
     pods: Vec<Arc<Pod>>,
     services: Vec<Arc<Service>>,
+    schema: StatusSchema,
 }
 
 impl World {
@@ -37,7 +40,29 @@ impl World {
             job: f.uid("uid-1").build(),
             pods: Vec::new(),
             services: Vec::new(),
+            schema: StatusSchema::Ours,
         }
+    }
+
+    /// Under Kubeflow's CRD: the stored status loses what its schema lacks.
+    fn kubeflow_crd(mut self) -> Self {
+        self.schema = StatusSchema::Kubeflow;
+        self
+    }
+
+    /// Stores bookkeeping as the reconcile's annotation write would.
+    fn store_books(&mut self, books: &Bookkeeping) {
+        self.job
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(BOOKKEEPING.into(), books.to_annotation());
+    }
+
+    fn without_pod(mut self, name: &str) -> Self {
+        self.pods
+            .retain(|p| p.metadata.name.as_deref() != Some(name));
+        self
     }
 
     fn child_pod(&self, rtype: ReplicaType, index: i32) -> Pod {
@@ -77,6 +102,25 @@ impl World {
             ..Default::default()
         });
         self.pods.push(Arc::new(pod));
+        self
+    }
+
+    /// Replaces the Pod of a slot with a new incarnation (a new UID).
+    fn incarnation(
+        mut self,
+        rtype: ReplicaType,
+        index: i32,
+        n: u32,
+        phase: &str,
+        exit: Option<i32>,
+    ) -> Self {
+        let name = format!("j-{}-{index}", rtype.lower());
+        self = self.without_pod(&name).pod(rtype, index, phase, exit);
+        if let Some(last) = self.pods.last_mut() {
+            let mut pod = (**last).clone();
+            pod.metadata.uid = Some(format!("{name}-incarnation-{n}"));
+            *last = Arc::new(pod);
+        }
         self
     }
 
@@ -135,13 +179,21 @@ impl World {
                 services: &self.services,
                 now: at(NOW),
             },
-            &PlanConfig::default(),
+            &PlanConfig {
+                status_schema: self.schema,
+                ..PlanConfig::default()
+            },
         )
     }
 
-    /// Plans, then feeds the status back as the next pass would see it.
+    /// Plans, then feeds the bookkeeping and status back as the next pass
+    /// would see them (under Kubeflow's CRD the plan's status is already
+    /// what the server would keep).
     fn settle(mut self) -> (Self, Plan) {
         let p = self.plan();
+        if let Some(books) = &p.bookkeeping {
+            self.store_books(books);
+        }
         self.job.status = Some(p.status.clone());
         (self, p)
     }
@@ -348,7 +400,8 @@ fn exit_code_137_restarts_by_recreating_the_pod() {
     let (w, p) = w.settle();
     assert_eq!(deleted_pods(&p), ["j-worker-1"]);
     assert_eq!(replica(&p, Worker).restarts, 1);
-    assert_eq!(replica(&p, Worker).failed, 0);
+    // As Kubeflow: a restarting Pod counts as failed until it is replaced.
+    assert_eq!(replica(&p, Worker).failed, 1);
     assert!(
         p.events
             .iter()
@@ -359,13 +412,11 @@ fn exit_code_137_restarts_by_recreating_the_pod() {
             .iter()
             .any(|e| e.reason == "ExitedWithCode" && e.message.contains("137"))
     );
-    // Worker 0 is running, so Kubeflow's rules show Running over Restarting.
-    assert_eq!(last_condition(&p).0, "Running");
+    // Restarting replaces Running, even though worker 0 still runs.
+    assert_eq!(last_condition(&p).0, "Restarting");
+    assert!(!has(&p, "Running"));
     // Next pass: the Pod is gone, so it is re-created and the count is kept.
-    let mut w = w;
-    w.pods
-        .retain(|p| p.metadata.name.as_deref() != Some("j-worker-1"));
-    let p = w.plan();
+    let p = w.without_pod("j-worker-1").plan();
     assert_eq!(created_pods(&p), ["j-worker-1"]);
     assert_eq!(replica(&p, Worker).restarts, 1);
 }
@@ -473,10 +524,17 @@ fn in_place_restarts_count_against_the_backoff_limit() {
         }]);
         w.pods[0] = Arc::new(pod);
     };
-    set_restarts(&mut w, 3);
+    // As Kubeflow and Kubernetes Jobs: in-place restarts fail the job when
+    // they reach the limit.
+    set_restarts(&mut w, 2);
     assert_eq!(last_condition(&w.plan()).0, "Running");
-    set_restarts(&mut w, 4);
-    assert_eq!(last_condition(&w.plan()).0, "Failed");
+    set_restarts(&mut w, 3);
+    let p = w.plan();
+    assert_eq!(last_condition(&p).0, "Failed");
+    assert_eq!(
+        p.status.conditions.last().unwrap().message.as_deref(),
+        Some("Job j has failed because it has reached the specified backoff limit")
+    );
 }
 
 #[test]
@@ -749,4 +807,215 @@ fn a_job_being_deleted_plans_nothing() {
     w.job.metadata.deletion_timestamp = Some(Time(at(NOW)));
     let p = w.plan();
     assert!(!p.manage && p.actions.is_empty());
+}
+
+#[test]
+fn a_restart_is_counted_once_when_the_pass_runs_again_before_the_delete() {
+    // The operator wrote the bookkeeping, then died before deleting the Pod:
+    // the next run sees the same failed Pod and must not count it again.
+    let w = World::new(
+        TfJobFixture::new("j")
+            .workers(2)
+            .restart_policy(RestartPolicy::ExitCode),
+    )
+    .running(Worker, 0)
+    .pod(Worker, 1, "Failed", Some(137))
+    .with_services();
+    let mut first = w.plan();
+    let books = first
+        .bookkeeping
+        .take()
+        .expect("the restart is written first");
+    assert_eq!(books.restarts_of(Worker), 1);
+    let mut w = w;
+    w.store_books(&books);
+    let again = w.plan();
+    assert_eq!(
+        deleted_pods(&again),
+        ["j-worker-1"],
+        "the delete is retried"
+    );
+    assert_eq!(replica(&again, Worker).restarts, 1, "counted once");
+    assert_eq!(again.bookkeeping, None, "nothing new to write");
+    // Once the Pod is gone, its UID is forgotten with the next change.
+    let gone = w.without_pod("j-worker-1").plan();
+    assert_eq!(replica(&gone, Worker).restarts, 1);
+}
+
+#[test]
+fn with_a_backoff_limit_of_two_two_recreations_run_and_the_third_failure_fails_the_job() {
+    let f = TfJobFixture::new("j")
+        .chief(1)
+        .workers(1)
+        .restart_policy(RestartPolicy::ExitCode)
+        .backoff_limit(2);
+    let mut w = World::new(f).running(Chief, 0).with_services();
+    for n in 1..=2u32 {
+        let (next, p) = w.incarnation(Worker, 0, n, "Failed", Some(137)).settle();
+        assert_eq!(deleted_pods(&p), ["j-worker-0"], "restart {n} runs");
+        assert_eq!(replica(&p, Worker).restarts, n as i32);
+        w = next;
+    }
+    let p = w.incarnation(Worker, 0, 3, "Failed", Some(137)).plan();
+    assert_eq!(last_condition(&p), ("Failed", "True", "TFJobFailed"));
+    assert_eq!(
+        replica(&p, Worker).restarts,
+        2,
+        "the third is not a restart"
+    );
+    assert!(!deleted_pods(&p).contains(&"j-worker-0".to_owned()));
+}
+
+#[test]
+fn with_on_failure_the_limit_counts_pod_failures_and_kubelet_restarts_together() {
+    // One re-created Pod plus one in-place restart reach a limit of two.
+    let f = TfJobFixture::new("j")
+        .workers(1)
+        .restart_policy(RestartPolicy::OnFailure)
+        .backoff_limit(2);
+    let (w, p) = World::new(f)
+        .incarnation(Worker, 0, 1, "Failed", Some(1))
+        .with_services()
+        .settle();
+    assert_eq!(deleted_pods(&p), ["j-worker-0"]);
+    let mut w = w.incarnation(Worker, 0, 2, "Running", None);
+    let mut pod = (*w.pods[0]).clone();
+    pod.status.as_mut().unwrap().container_statuses = Some(vec![ContainerStatus {
+        name: "tensorflow".into(),
+        restart_count: 1,
+        ..Default::default()
+    }]);
+    w.pods[0] = Arc::new(pod);
+    assert_eq!(last_condition(&w.plan()).0, "Failed");
+}
+
+#[test]
+fn restart_counts_of_never_pods_and_pods_not_running_do_not_count_against_the_limit() {
+    let mut w = World::new(
+        TfJobFixture::new("j")
+            .workers(2)
+            .restart_policy(RestartPolicy::Never)
+            .backoff_limit(1),
+    )
+    .running(Worker, 0)
+    .pod(Worker, 1, "Pending", None)
+    .with_services();
+    for i in 0..2 {
+        let mut pod = (*w.pods[i]).clone();
+        pod.status.as_mut().unwrap().container_statuses = Some(vec![ContainerStatus {
+            name: "tensorflow".into(),
+            restart_count: 5,
+            ..Default::default()
+        }]);
+        w.pods[i] = Arc::new(pod);
+    }
+    assert_eq!(last_condition(&w.plan()).0, "Running");
+}
+
+#[test]
+fn restarting_stays_until_the_replacement_runs() {
+    let w = World::new(
+        TfJobFixture::new("j")
+            .chief(1)
+            .workers(1)
+            .restart_policy(RestartPolicy::OnFailure),
+    )
+    .running(Chief, 0)
+    .running(Worker, 0)
+    .with_services();
+    let (w, p) = w.settle();
+    assert_eq!(last_condition(&p).0, "Running");
+    let (w, p) = w.incarnation(Worker, 0, 1, "Failed", Some(1)).settle();
+    assert_eq!(last_condition(&p).0, "Restarting");
+    let (w, p) = w.without_pod("j-worker-0").settle();
+    assert_eq!(last_condition(&p).0, "Restarting", "the slot is empty");
+    let (w, p) = w.incarnation(Worker, 0, 2, "Pending", None).settle();
+    assert_eq!(
+        last_condition(&p).0,
+        "Restarting",
+        "the replacement is pending"
+    );
+    let (_, p) = w.incarnation(Worker, 0, 2, "Running", None).settle();
+    assert_eq!(last_condition(&p).0, "Running");
+    assert!(
+        !has(&p, "Restarting"),
+        "Running and Restarting exclude each other"
+    );
+}
+
+#[test]
+fn under_kubeflows_crd_status_holds_only_its_fields_and_an_unchanged_job_is_not_rewritten() {
+    let (w, p) = World::new(TfJobFixture::new("j").workers(2))
+        .kubeflow_crd()
+        .all_running()
+        .settle();
+    assert_eq!(p.status.observed_generation, None);
+    assert!(
+        p.status
+            .replica_statuses
+            .values()
+            .all(|r| r.restarts == 0 && r.succeeded_indexes.is_none())
+    );
+    let again = w.plan();
+    assert_eq!(Some(&again.status), w.job.status.as_ref());
+    assert_eq!(again.bookkeeping, None);
+}
+
+#[test]
+fn under_kubeflows_crd_restarts_and_succeeded_indexes_survive_in_the_annotation() {
+    let f = TfJobFixture::new("j")
+        .workers(3)
+        .restart_policy(RestartPolicy::ExitCode)
+        .backoff_limit(1)
+        .success_policy(SuccessPolicy::AllWorkers);
+    let (w, _) = World::new(f)
+        .kubeflow_crd()
+        .running(Worker, 0)
+        .pod(Worker, 1, "Succeeded", Some(0))
+        .incarnation(Worker, 2, 1, "Failed", Some(137))
+        .with_services()
+        .settle();
+    // Worker 1's Pod is garbage-collected and worker 2 fails again: the
+    // succeeded index is not re-run, and the second failure passes the limit.
+    let p = w
+        .without_pod("j-worker-1")
+        .incarnation(Worker, 2, 2, "Failed", Some(137))
+        .plan();
+    assert!(!created_pods(&p).contains(&"j-worker-1".to_owned()));
+    assert_eq!(last_condition(&p).0, "Failed");
+}
+
+#[test]
+fn a_stop_that_failed_after_the_deadline_is_retried_and_active_shows_what_still_runs() {
+    let w = World::new(TfJobFixture::new("j").workers(2).active_deadline_seconds(5))
+        .started(10)
+        .all_running();
+    let (w, p) = w.settle();
+    assert_eq!(last_condition(&p).0, "Failed");
+    assert!(p.bookkeeping.as_ref().is_some_and(|b| b.stop_unfinished));
+    // The deletes failed: both Pods still run on the next pass.
+    let p = w.plan();
+    assert_eq!(deleted_pods(&p), ["j-worker-0", "j-worker-1"]);
+    assert_eq!(replica(&p, Worker).active, 2);
+}
+
+#[test]
+fn exited_with_code_is_recorded_once_for_a_permanent_failure() {
+    let w = World::new(
+        TfJobFixture::new("j")
+            .workers(2)
+            .restart_policy(RestartPolicy::ExitCode),
+    )
+    .running(Worker, 0)
+    .pod(Worker, 1, "Failed", Some(1))
+    .with_services();
+    let exited = |p: &Plan| {
+        p.events
+            .iter()
+            .filter(|e| e.reason == "ExitedWithCode")
+            .count()
+    };
+    let (w, p) = w.settle();
+    assert_eq!(exited(&p), 1);
+    assert_eq!(exited(&w.plan()), 0, "not again on later passes");
 }

@@ -13,17 +13,18 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Client, Resource};
 
 use crate::api::TFJob;
-use crate::api::constants::{LABEL_JOB_NAME, event};
+use crate::api::constants::event;
 use crate::runtime::events::EventRecorder;
 use crate::runtime::expectations::{EXPECTATIONS_TTL, Expectations};
 use crate::runtime::ownership::{adopt, claim, release};
 use crate::runtime::{CONTROLLER_UID_INDEX, Indexer, Object, ObjectKey};
 
-use super::children::owner_reference;
+use super::bookkeeping::{ANNOTATION as BOOKKEEPING_ANNOTATION, Bookkeeping};
+use super::children::{child_selector, owner_reference};
 use super::metrics::JobMetrics;
 use super::plan::{Action, Observed, Plan, PlanConfig, plan};
 use super::read_your_writes::WrittenStatus;
@@ -57,6 +58,12 @@ pub enum SyncError {
         #[source]
         source: kube::Error,
     },
+    #[error("failed to write the bookkeeping annotation of {key}")]
+    Bookkeeping {
+        key: ObjectKey,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 impl SyncError {
@@ -66,6 +73,8 @@ impl SyncError {
             SyncError::Write { .. } => "write",
             SyncError::Status { source, .. } if is_conflict(source) => "conflict",
             SyncError::Status { .. } => "status",
+            SyncError::Bookkeeping { source, .. } if is_conflict(source) => "conflict",
+            SyncError::Bookkeeping { .. } => "bookkeeping",
         }
     }
 }
@@ -139,6 +148,22 @@ impl TfJobReconciler {
             "observed the cache, planned"
         );
 
+        // Bookkeeping first: a restart is on record before its Pod is
+        // deleted, so a crash or conflict in between never loses or
+        // double-counts it (see `super::bookkeeping`). If it cannot be
+        // written, nothing else is: the next pass plans again.
+        let job = match &plan.bookkeeping {
+            Some(books) => match self.write_bookkeeping(key, &job, books).await {
+                Ok(updated) => updated,
+                Err(SyncError::Bookkeeping { source, .. }) if is_conflict(&source) => {
+                    tracing::debug!(%key, "job changed since it was cached; waiting for the newer version");
+                    return Ok(Some(CONFLICT_RETRY));
+                }
+                Err(e) => return Err(e),
+            },
+            None => job,
+        };
+
         // Apply, then write status. Events first: they explain the writes.
         for e in &plan.events {
             self.recorder.publish(
@@ -187,8 +212,7 @@ impl TfJobReconciler {
                 candidates.push(obj);
             }
         }
-        let selector = [(LABEL_JOB_NAME.to_owned(), name.to_owned())].into();
-        let claimed = claim(uid, &selector, candidates);
+        let claimed = claim(uid, &child_selector(name), candidates);
         let mut owned = claimed.owned;
         if claimed.adopt.is_empty() && claimed.release.is_empty() {
             return Ok(owned);
@@ -423,6 +447,40 @@ impl TfJobReconciler {
                     }
                 }
             }
+        }
+    }
+
+    /// Writes the job's bookkeeping annotation (a merge patch carrying the
+    /// cached resourceVersion, so it is a compare-and-swap like the status
+    /// write) and returns the job as stored, to write status over.
+    async fn write_bookkeeping(
+        &self,
+        key: &ObjectKey,
+        job: &Arc<TFJob>,
+        books: &Bookkeeping,
+    ) -> Result<Arc<TFJob>, SyncError> {
+        let namespace = job.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<TFJob> = Api::namespaced(self.client.clone(), &namespace);
+        let patch = serde_json::json!({
+            "metadata": {
+                "resourceVersion": job.metadata.resource_version,
+                "annotations": { BOOKKEEPING_ANNOTATION: books.to_annotation() },
+            }
+        });
+        match api
+            .patch(key.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(stored) => {
+                if let Some(before) = job.metadata.resource_version.as_deref() {
+                    self.written.remember(key, before, stored.clone());
+                }
+                Ok(Arc::new(stored))
+            }
+            Err(source) => Err(SyncError::Bookkeeping {
+                key: key.clone(),
+                source,
+            }),
         }
     }
 

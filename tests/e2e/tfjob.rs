@@ -681,6 +681,43 @@ async fn invalid_manifests_are_refused_with_a_message_naming_the_field() {
             ),
             "must be kubeflow.org/training-operator or kueue.x-k8s.io/multikueue",
         ),
+        // The four a hand check found accepted (issue #20).
+        (
+            "two chief replicas",
+            job(
+                "chief2",
+                serde_json::json!({ "Chief": worker(serde_json::json!({ "replicas": 2 })) }),
+                none.clone(),
+            ),
+            "spec.tfReplicaSpecs: a Chief or Master has at most 1 replica",
+        ),
+        (
+            "zero activeDeadlineSeconds",
+            job(
+                "deadline0",
+                serde_json::json!({ "Worker": worker(none.clone()) }),
+                serde_json::json!({ "activeDeadlineSeconds": 0 }),
+            ),
+            "spec.runPolicy.activeDeadlineSeconds: Invalid value: 0: spec.runPolicy.activeDeadlineSeconds in body should be greater than or equal to 1",
+        ),
+        (
+            "port out of range",
+            job(
+                "port",
+                serde_json::json!({ "Worker": worker(serde_json::json!({ "template": { "spec": { "containers": [{ "name": "tensorflow", "image": "x", "ports": [{ "name": "tfjob-port", "containerPort": 70000 }] }] } } })) }),
+                none.clone(),
+            ),
+            "containerPort in body should be less than or equal to 65535",
+        ),
+        (
+            "negative minAvailable",
+            job(
+                "minavail",
+                serde_json::json!({ "Worker": worker(none.clone()) }),
+                serde_json::json!({ "schedulingPolicy": { "minAvailable": -1 } }),
+            ),
+            "spec.runPolicy.schedulingPolicy.minAvailable in body should be greater than or equal to 0",
+        ),
     ];
     for (case, manifest, message) in cases {
         let stderr = kubectl_apply(&ns, &manifest, false);
@@ -700,6 +737,29 @@ async fn invalid_manifests_are_refused_with_a_message_naming_the_field() {
     let mut changed = mb.clone();
     changed["spec"]["runPolicy"]["managedBy"] = "kubeflow.org/training-operator".into();
     let stderr = kubectl_apply(&ns, &changed, false);
+    assert!(
+        stderr.contains("spec.runPolicy.managedBy: is immutable"),
+        "{stderr}"
+    );
+    // Nor can it be removed, or set on a job created without it (Kubernetes
+    // Jobs and Kubeflow refuse both; a rule on the field itself cannot see it).
+    let mut removed = mb.clone();
+    removed["spec"]["runPolicy"] = serde_json::json!({});
+    let stderr = kubectl_apply(&ns, &removed, false);
+    assert!(
+        stderr.contains("spec.runPolicy.managedBy: is immutable"),
+        "{stderr}"
+    );
+    let plain = job(
+        "mb-unset",
+        serde_json::json!({ "Worker": worker(none.clone()) }),
+        none.clone(),
+    );
+    kubectl_apply(&ns, &plain, true);
+    let mut set_later = plain.clone();
+    set_later["spec"]["runPolicy"] =
+        serde_json::json!({ "managedBy": "kueue.x-k8s.io/multikueue" });
+    let stderr = kubectl_apply(&ns, &set_later, false);
     assert!(
         stderr.contains("spec.runPolicy.managedBy: is immutable"),
         "{stderr}"

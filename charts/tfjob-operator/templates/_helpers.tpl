@@ -78,7 +78,9 @@ Leases (leader election) are a separate Role in the release namespace.
 {{- define "tfjob-operator.rules" -}}
 - apiGroups: ["kubeflow.org"]
   resources: ["tfjobs"]
-  verbs: ["get", "list", "watch", "delete"]
+  # patch: the bookkeeping annotation (restarts, succeeded indexes), which
+  # Kubeflow's CRD would prune from status.
+  verbs: ["get", "list", "watch", "delete", "patch"]
 - apiGroups: ["kubeflow.org"]
   resources: ["tfjobs/status"]
   verbs: ["get", "update"]

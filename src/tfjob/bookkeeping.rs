@@ -1,0 +1,211 @@
+//! What the controller must remember about a job that its Pods cannot tell
+//! it again: restarts so far (counted against `backoffLimit`), the indexes
+//! that already succeeded (never run again after their Pod is gone), which
+//! failed Pods are already counted, and whether unfinished Pods must still be
+//! stopped after a deadline or backoff failure.
+//!
+//! It lives in one annotation on the TFJob, [`ANNOTATION`], not in
+//! `.status`: Kubeflow's own CRD (which users who migrate keep installed)
+//! prunes every status field it does not know, and our backoff and
+//! succeeded-index fixes would silently revert under it. Metadata is never
+//! pruned, so the same bookkeeping works under both CRDs. Under our CRD the
+//! same numbers are also shown in `.status.replicaStatuses[*].restarts` and
+//! `succeededIndexes`, for people.
+//!
+//! Crash safety: a restart is written here *before* its Pod is deleted,
+//! keyed by the failed Pod's UID. If the operator dies between the two
+//! writes, the next run finds the UID already counted and only deletes; a
+//! UID is forgotten once its Pod is gone from the cache. So every restart
+//! is counted exactly once, whatever is killed when (Kubernetes Jobs keep
+//! `uncountedTerminatedPods` in status for the same reason).
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::{ReplicaType, TFJob};
+
+use super::index_set;
+
+/// The annotation that holds a job's bookkeeping, as JSON.
+pub const ANNOTATION: &str = "tfjob-operator.kubeflow.org/bookkeeping";
+
+/// A job's bookkeeping (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Bookkeeping {
+    /// Restarts by replica type (`Worker`, `PS`, …).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub restarts: BTreeMap<String, i32>,
+    /// Indexes whose Pod succeeded, by replica type, as ranges (`"0,2-4"`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub succeeded_indexes: BTreeMap<String, String>,
+    /// UIDs of failed Pods whose restart is counted in `restarts` and whose
+    /// deletion has not been seen yet.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub counted_pods: BTreeSet<String>,
+    /// The job failed on its deadline or backoff limit: its running and
+    /// pending Pods are stopped on every pass until they are gone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stop_unfinished: bool,
+}
+
+impl Bookkeeping {
+    /// Reads a job's bookkeeping: the annotation, merged with the status
+    /// fields that older versions of this operator kept it in (so upgrading
+    /// never forgets a restart). A malformed annotation reads as empty
+    /// rather than failing the job; the status fields still count.
+    pub fn of(job: &TFJob) -> Self {
+        let mut b: Bookkeeping = job
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION))
+            .and_then(|v| serde_json::from_str(v).ok())
+            .unwrap_or_default();
+        for (rtype, rs) in job.status.iter().flat_map(|s| &s.replica_statuses) {
+            if rs.restarts > 0 {
+                let n = b.restarts.entry(rtype.clone()).or_default();
+                *n = (*n).max(rs.restarts);
+            }
+            if let Some(from_status) = rs.succeeded_indexes.as_deref() {
+                let mut set = b.succeeded(rtype);
+                set.extend(index_set::parse(Some(from_status)));
+                b.set_succeeded(rtype, &set);
+            }
+        }
+        b
+    }
+
+    /// Restarts of one replica type.
+    pub fn restarts_of(&self, rtype: ReplicaType) -> i32 {
+        self.restarts.get(rtype.as_str()).copied().unwrap_or(0)
+    }
+
+    /// Restarts over every type.
+    pub fn total_restarts(&self) -> i32 {
+        self.restarts.values().sum()
+    }
+
+    /// The succeeded indexes of one replica type (by its status key).
+    pub fn succeeded(&self, rtype: &str) -> BTreeSet<i32> {
+        index_set::parse(self.succeeded_indexes.get(rtype).map(String::as_str))
+    }
+
+    /// Replaces the succeeded indexes of one replica type.
+    pub fn set_succeeded(&mut self, rtype: &str, set: &BTreeSet<i32>) {
+        match index_set::format(set) {
+            Some(ranges) => {
+                self.succeeded_indexes.insert(rtype.to_owned(), ranges);
+            }
+            None => {
+                self.succeeded_indexes.remove(rtype);
+            }
+        }
+    }
+
+    /// Counts a restart of the failed Pod `uid` unless it is counted
+    /// already; returns whether it was new.
+    pub fn count_restart(&mut self, rtype: ReplicaType, uid: &str) -> bool {
+        if !self.counted_pods.insert(uid.to_owned()) {
+            return false;
+        }
+        *self.restarts.entry(rtype.as_str().to_owned()).or_default() += 1;
+        true
+    }
+
+    /// Forgets counted UIDs whose Pods are no longer in the cache: their
+    /// deletion was seen, so they can never be counted again.
+    pub fn forget_gone_pods<'a>(&mut self, present: impl IntoIterator<Item = &'a str>) {
+        let present: BTreeSet<&str> = present.into_iter().collect();
+        self.counted_pods
+            .retain(|uid| present.contains(uid.as_str()));
+    }
+
+    /// Whether writing `self` over `stored` would tell a future pass
+    /// anything new. Forgetting gone Pods alone is not worth a write: it is
+    /// carried along with the next change.
+    pub fn differs_from(&self, stored: &Bookkeeping) -> bool {
+        self.restarts != stored.restarts
+            || self.succeeded_indexes != stored.succeeded_indexes
+            || self.stop_unfinished != stored.stop_unfinished
+            || !self.counted_pods.is_subset(&stored.counted_pods)
+    }
+
+    /// The annotation's value.
+    pub fn to_annotation(&self) -> String {
+        // Serialising plain maps and sets of strings and integers cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ReplicaStatus;
+    use crate::api::fixtures::TfJobFixture;
+
+    fn job_with_annotation(value: &str) -> TFJob {
+        let mut job = TfJobFixture::new("j").workers(2).build();
+        job.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(ANNOTATION.into(), value.into());
+        job
+    }
+
+    #[test]
+    fn a_restart_of_the_same_pod_is_counted_once() {
+        let mut b = Bookkeeping::default();
+        assert!(b.count_restart(ReplicaType::Worker, "uid-1"));
+        assert!(!b.count_restart(ReplicaType::Worker, "uid-1"));
+        assert!(b.count_restart(ReplicaType::Worker, "uid-2"));
+        assert_eq!(b.restarts_of(ReplicaType::Worker), 2);
+    }
+
+    #[test]
+    fn the_annotation_round_trips() {
+        let mut b = Bookkeeping::default();
+        b.count_restart(ReplicaType::PS, "u");
+        b.set_succeeded("Worker", &[0, 2, 3].into());
+        b.stop_unfinished = true;
+        let job = job_with_annotation(&b.to_annotation());
+        assert_eq!(Bookkeeping::of(&job), b);
+    }
+
+    #[test]
+    fn status_fields_of_older_versions_are_merged_in() {
+        let mut job = job_with_annotation(r#"{"restarts":{"Worker":1}}"#);
+        job.status
+            .get_or_insert_with(Default::default)
+            .replica_statuses
+            .insert(
+                "Worker".into(),
+                ReplicaStatus {
+                    restarts: 3,
+                    succeeded_indexes: Some("1".into()),
+                    ..ReplicaStatus::default()
+                },
+            );
+        let b = Bookkeeping::of(&job);
+        assert_eq!(b.restarts_of(ReplicaType::Worker), 3);
+        assert_eq!(b.succeeded("Worker"), [1].into());
+    }
+
+    #[test]
+    fn a_malformed_annotation_reads_as_empty() {
+        let job = job_with_annotation("{not json");
+        assert_eq!(Bookkeeping::of(&job), Bookkeeping::default());
+    }
+
+    #[test]
+    fn forgetting_gone_pods_alone_is_not_a_change_worth_writing() {
+        let mut stored = Bookkeeping::default();
+        stored.count_restart(ReplicaType::Worker, "gone");
+        let mut next = stored.clone();
+        next.forget_gone_pods(["other"]);
+        assert!(next.counted_pods.is_empty());
+        assert!(!next.differs_from(&stored));
+        next.count_restart(ReplicaType::Worker, "new");
+        assert!(next.differs_from(&stored));
+    }
+}
