@@ -8,9 +8,11 @@
 //! Leader election is off here (`--leader-elect=false`): a restarted process
 //! has a new identity and would wait out the dead one's Lease (15 s) each
 //! round; failover has its own scenario (`failover.rs`).
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
+use tokio::sync::Notify;
 
 use crate::audit;
 use crate::harness::{Cleanup, apiserver_addr, full, identity, report, rng, rounds};
@@ -44,20 +46,47 @@ async fn jobs_end_as_in_an_undisturbed_run_when_the_operator_is_sigkilled_at_see
     operator.wait_ready().await;
 
     let scripts = workload::scripts(&mut rng, jobs, Duration::from_millis(1500 * rounds as u64));
-    let kill_plan: Vec<(u64, u64)> = (0..rounds)
-        .map(|_| (rng.random_range(300..3000), rng.random_range(0..1000)))
+    // Odd rounds kill at a random time; even rounds kill 0-300 ms after a Pod
+    // showed an exit, when the operator is acting on it (counting a restart,
+    // deleting and re-creating a Pod, writing status): the windows a crash
+    // can make it lose or double-count.
+    let kill_plan: Vec<(bool, u64, u64)> = (0..rounds)
+        .map(|i| {
+            let after_exit = i % 2 == 1;
+            let wait = if after_exit {
+                rng.random_range(0..300)
+            } else {
+                rng.random_range(300..3000)
+            };
+            (after_exit, wait, rng.random_range(0..1000))
+        })
         .collect();
+    let exits = Arc::new(Notify::new());
 
     let started = Instant::now();
     let killer = {
         let ns = ns.clone();
         let kc = kc.clone();
+        let exits = exits.clone();
         async move {
             let mut logs = vec![operator.log.clone()];
-            for (i, (before, down)) in kill_plan.iter().enumerate() {
+            for (i, (after_exit, before, down)) in kill_plan.iter().enumerate() {
+                if *after_exit {
+                    // At most 5 s: the workload may have no exit left to drive.
+                    let _ = tokio::time::timeout(Duration::from_secs(5), exits.notified()).await;
+                }
                 tokio::time::sleep(Duration::from_millis(*before)).await;
                 operator.kill();
-                eprintln!("sigkill round {}: killed at {:?}", i + 1, started.elapsed());
+                eprintln!(
+                    "sigkill round {}: killed at {:?}{}",
+                    i + 1,
+                    started.elapsed(),
+                    if *after_exit {
+                        " (just after a Pod exit)"
+                    } else {
+                        ""
+                    }
+                );
                 tokio::time::sleep(Duration::from_millis(*down)).await;
                 operator = Operator::start_with(&ns, &["--leader-elect=false"], Some(kc.clone()));
                 logs.push(operator.log.clone());
@@ -67,8 +96,8 @@ async fn jobs_end_as_in_an_undisturbed_run_when_the_operator_is_sigkilled_at_see
         }
     };
     let (reference_jobs, faulted_jobs, (operator, logs)) = tokio::join!(
-        workload::run(&client, &reference_ns, &scripts, timeout),
-        workload::run(&client, &ns, &scripts, timeout),
+        workload::run(&client, &reference_ns, &scripts, timeout, None),
+        workload::run(&client, &ns, &scripts, timeout, Some(exits)),
         killer,
     );
 

@@ -21,6 +21,7 @@
 #![allow(dead_code)] // Each scenario uses a different subset.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
@@ -28,6 +29,7 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::{RestartPolicy, TFJob};
+use tokio::sync::Notify;
 
 use crate::harness::{create_job, end_pod, wait_finished};
 use crate::observer::Seen;
@@ -84,16 +86,20 @@ fn fixture(s: &Script) -> TfJobFixture {
 
 /// Creates and drives every script in `ns` concurrently; returns when all
 /// jobs finished, with their final objects.
+/// `exits`, when given, is notified each time a Pod has shown the exit the
+/// script asked for: the moment the operator is about to act on it.
 pub async fn run(
     client: &Client,
     ns: &str,
     scripts: &[Script],
     timeout: Duration,
+    exits: Option<Arc<Notify>>,
 ) -> BTreeMap<String, TFJob> {
     let drivers = scripts.iter().map(|s| {
         let client = client.clone();
         let ns = ns.to_owned();
         let s = s.clone();
+        let exits = exits.clone();
         async move {
             tokio::time::sleep(Duration::from_millis(s.start_after_ms)).await;
             create_job(&client, &ns, fixture(&s)).await;
@@ -101,6 +107,9 @@ pub async fn run(
             for (suffix, code) in &s.exits {
                 let pod = format!("{}-{suffix}", s.name);
                 let uid = end_pod(&client, &ns, &pod, *code, &ended, timeout).await;
+                if let Some(exits) = &exits {
+                    exits.notify_waiters();
+                }
                 // OnFailure with a non-zero code restarts in place: same Pod.
                 if !(s.policy == RestartPolicy::OnFailure && *code != 0) {
                     ended.push(uid);
