@@ -46,10 +46,10 @@ async fn jobs_end_as_in_an_undisturbed_run_when_the_operator_is_sigkilled_at_see
     operator.wait_ready().await;
 
     let scripts = workload::scripts(&mut rng, jobs, Duration::from_millis(1500 * rounds as u64));
-    // Odd rounds kill at a random time; even rounds kill 0-300 ms after a Pod
-    // showed an exit, when the operator is acting on it (counting a restart,
-    // deleting and re-creating a Pod, writing status): the windows a crash
-    // can make it lose or double-count.
+    // Odd rounds kill at a random time; even rounds kill 0-300 ms after the
+    // test asked KWOK to end a Pod, while the operator acts on the exit
+    // (counting a restart, deleting and re-creating a Pod, writing status):
+    // the windows in which a crash can make it lose or double-count.
     let kill_plan: Vec<(bool, u64, u64)> = (0..rounds)
         .map(|i| {
             let after_exit = i % 2 == 1;
@@ -82,7 +82,7 @@ async fn jobs_end_as_in_an_undisturbed_run_when_the_operator_is_sigkilled_at_see
                     i + 1,
                     started.elapsed(),
                     if *after_exit {
-                        " (just after a Pod exit)"
+                        " (just after a Pod was told to exit)"
                     } else {
                         ""
                     }

@@ -284,7 +284,8 @@ pub fn running(pod: &Pod) -> bool {
 /// Pod shows the exit — or is gone or replaced (the operator may delete a
 /// failed Pod at once). Returns the UID it ended. Unlike
 /// `support::drive_pod_exit` it tolerates the Pod vanishing, which an
-/// `ExitCode` restart does on purpose.
+/// `ExitCode` restart does on purpose. `annotated` is notified as soon as
+/// the annotation is written (KWOK and then the operator act within ms).
 pub async fn end_pod(
     client: &Client,
     ns: &str,
@@ -292,6 +293,7 @@ pub async fn end_pod(
     code: i32,
     done: &[String],
     timeout: Duration,
+    annotated: Option<&tokio::sync::Notify>,
 ) -> String {
     let api = pods(client, ns);
     let target = wait_until(
@@ -318,6 +320,9 @@ pub async fn end_pod(
         .await
     {
         panic!("failed to annotate {ns}/{pod} ({uid}): {e}");
+    }
+    if let Some(annotated) = annotated {
+        annotated.notify_waiters();
     }
     wait_until(
         &format!("{ns}/{pod} ({uid}) to exit {code}"),

@@ -86,8 +86,8 @@ fn fixture(s: &Script) -> TfJobFixture {
 
 /// Creates and drives every script in `ns` concurrently; returns when all
 /// jobs finished, with their final objects.
-/// `exits`, when given, is notified each time a Pod has shown the exit the
-/// script asked for: the moment the operator is about to act on it.
+/// `exits`, when given, is notified each time the script has asked KWOK to
+/// end a Pod: within milliseconds the operator acts on the exit.
 pub async fn run(
     client: &Client,
     ns: &str,
@@ -106,10 +106,8 @@ pub async fn run(
             let mut ended = Vec::new();
             for (suffix, code) in &s.exits {
                 let pod = format!("{}-{suffix}", s.name);
-                let uid = end_pod(&client, &ns, &pod, *code, &ended, timeout).await;
-                if let Some(exits) = &exits {
-                    exits.notify_waiters();
-                }
+                let uid =
+                    end_pod(&client, &ns, &pod, *code, &ended, timeout, exits.as_deref()).await;
                 // OnFailure with a non-zero code restarts in place: same Pod.
                 if !(s.policy == RestartPolicy::OnFailure && *code != 0) {
                     ended.push(uid);
