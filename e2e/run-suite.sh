@@ -34,6 +34,12 @@ trap 'exit 143' TERM
 # `make test-faults` sets FAULT_FULL=1 and more rounds. FAULT_SEED repeats a run.
 fault_suite() {
   local skip=()
+  # A fresh cluster after the e2e tests: their leftover jobs would otherwise
+  # be adopted by the all-namespaces scenarios' operators.
+  if [[ "${FAULTS_ONLY:-0}" != 1 ]]; then
+    bash "$E2E_DIR/cluster.sh" down
+    bash "$E2E_DIR/cluster.sh" up
+  fi
   [[ "${FAULT_FULL:-0}" == 1 ]] || skip=(--skip scale_)
   log "running the fault suite (FAULT_SEED=${FAULT_SEED:-20} FAULT_ROUNDS=${FAULT_ROUNDS:-3} FAULT_FULL=${FAULT_FULL:-0})"
   cargo test --test faults -- --include-ignored --test-threads=1 --nocapture "${skip[@]}"
