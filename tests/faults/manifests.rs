@@ -171,9 +171,9 @@ fn cases() -> Vec<Case> {
             edit: |v| {
                 container(v).as_object_mut().map(|c| c.remove("name"));
                 let tf = json!({"name": "tensorflow", "image": "tf"});
-                worker(v)["template"]["spec"]["containers"]
-                    .as_array_mut()
-                    .map(|l| l.push(tf));
+                if let Some(list) = worker(v)["template"]["spec"]["containers"].as_array_mut() {
+                    list.push(tf);
+                }
             },
         },
         Case {
@@ -183,9 +183,9 @@ fn cases() -> Vec<Case> {
             edit: |v| {
                 container(v)["name"] = json!("c".repeat(64));
                 let tf = json!({"name": "tensorflow", "image": "tf"});
-                worker(v)["template"]["spec"]["containers"]
-                    .as_array_mut()
-                    .map(|l| l.push(tf));
+                if let Some(list) = worker(v)["template"]["spec"]["containers"].as_array_mut() {
+                    list.push(tf);
+                }
             },
         },
         Case {

@@ -5,11 +5,11 @@
 //! 127.0.0.1 too).
 //!
 //! Modes, switchable at run time ([`FaultProxy::set`]):
-//! - [`Mode::Pass`]: relay.
-//! - [`Mode::Refuse`]: new connections are reset as soon as they arrive (the
+//! - `Pass`: relay.
+//! - `Refuse`: new connections are reset as soon as they arrive (the
 //!   client sees `connection reset`, as from a host whose port is closed);
 //!   connections already open keep working.
-//! - [`Mode::Blackhole`]: a partition. New connections are accepted but
+//! - `Blackhole`: a partition. New connections are accepted but
 //!   nothing is forwarded; open ones stop forwarding in both directions. Bytes
 //!   read meanwhile are held, as a real network would retransmit them, and
 //!   flow again when the mode goes back to `Pass` (connections the client
