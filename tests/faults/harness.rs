@@ -137,7 +137,9 @@ pub fn kubectl_stdin(args: &[&str], stdin: &str) -> Result<String, String> {
 /// points at `server` (the API server, or a fault proxy in front of it).
 pub async fn identity(name: &str, server: SocketAddr) -> PathBuf {
     ensure_rbac().await;
-    let dir = cluster_dir().join("faults");
+    // Under pki/, which `cluster.sh down` removes: a new cluster has a new CA,
+    // and a certificate signed by the old one would be refused (401).
+    let dir = cluster_dir().join("pki/faults");
     std::fs::create_dir_all(&dir).expect("the faults dir");
     let pki = cluster_dir().join("pki");
     let key = dir.join(format!("{name}.key"));
