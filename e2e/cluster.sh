@@ -38,6 +38,8 @@ BIN="$(bin_dir)"
 COMPONENTS=(kwok kube-scheduler kube-controller-manager kube-apiserver etcd)
 NODES=4
 NODE_PODS=3000
+# A node with this label is no longer managed by KWOK: see start_kwok.
+LOST_NODE_LABEL=e2e.tfjob-operator.local/lost
 
 # ---------------------------------------------------------------- processes
 
@@ -369,8 +371,12 @@ start_kwok() {
   for i in $(seq 0 $((NODES - 1))); do leases+=("kwok-node-$i"); done
   kubectl_admin -n kube-node-lease delete lease "${leases[@]}" --ignore-not-found >/dev/null
   # KWOK binds no port unless asked (no --server-address): nothing to choose.
+  # It manages every node except those labelled lost: labelling a node takes
+  # it away as a dead kubelet would (no Lease renewals, so NotReady and the
+  # unreachable taints follow; its Pods are never confirmed gone).
   start_component kwok "$BIN/kwok" --kubeconfig "$D/kubeconfigs/kwok" \
-    --manage-all-nodes=true --cidr 10.244.0.0/16 --node-ip 127.0.0.1 \
+    --manage-nodes-with-label-selector="!$LOST_NODE_LABEL" \
+    --cidr 10.244.0.0/16 --node-ip 127.0.0.1 \
     --node-lease-duration-seconds 40 -c "$D/kwok-stages.yaml"
   wait_for 60 kwok nodes_ready
 }

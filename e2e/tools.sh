@@ -5,10 +5,15 @@
 #                               from k8s.io/kubernetes via the wrapper module e2e/k8s (go build)
 #   kwok                        go install sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION
 #   helm                        go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION
+#   prometheus, promtool        go install github.com/prometheus/prometheus/cmd/...@$PROMETHEUS_VERSION
+#   kueue                       go install sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION (e2e/kueue.sh runs it;
+#                               its CRDs and webhook manifests are read from the module cache at run time)
 # Versions are pinned in e2e/versions.env; each tool lands in
 # $TFJOB_CACHE_DIR/tools/<tool>-<version>/ and is never rebuilt while that
-# directory exists. A cold run compiles Kubernetes: roughly 5-15 minutes on 2 cores.
-# Prints nothing but progress; `bash e2e/tools.sh --bin-dir` prints the bin dir.
+# directory exists. A cold run compiles Kubernetes: roughly 5-15 minutes on 2 cores
+# (Kueue adds about 3 more).
+# Prints nothing but progress; `bash e2e/tools.sh --bin-dir` prints the bin dir,
+# `--kueue-bin` the Kueue binary (TFJOB_KUEUE_BIN, when set, names another one).
 set -euo pipefail
 export LOG_TAG=tools
 # shellcheck source=e2e/lib.sh
@@ -119,6 +124,49 @@ build_helm() {
   finish "$dir"
 }
 
+prometheus_dir() { echo "$TOOLS_DIR/prometheus-$PROMETHEUS_VERSION"; }
+
+# Prometheus and promtool: the chart's alert rules are checked and unit-tested
+# with promtool (make lint), and make test-observability scrapes with
+# Prometheus. Built without the web UI's assets (the HTTP API is all we use).
+build_prometheus() {
+  local dir
+  dir=$(prometheus_dir)
+  [[ -x "$dir/bin/prometheus" && -x "$dir/bin/promtool" ]] && return
+  log "building Prometheus $PROMETHEUS_VERSION and promtool (go install; ~4 min cold)"
+  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
+  local ldflags="-s -w -X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION"
+  with_progress "Prometheus $PROMETHEUS_VERSION" "$dir.tmp/build.log" \
+    env GOBIN="$dir.tmp/bin" go install -v -trimpath -ldflags "$ldflags" \
+    "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION" \
+    "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
+  "$dir.tmp/bin/promtool" --version 2>&1 | grep -q "$PROMETHEUS_VERSION" || die "promtool was not stamped with $PROMETHEUS_VERSION"
+  finish "$dir"
+}
+
+# Not part of bin_dir's name (lib.sh): linked into whichever bin dir is current.
+link_prometheus() {
+  ln -sf "$(prometheus_dir)/bin/prometheus" "$(bin_dir)/prometheus"
+  ln -sf "$(prometheus_dir)/bin/promtool" "$(bin_dir)/promtool"
+}
+
+kueue_dir() { echo "$TOOLS_DIR/kueue-$KUEUE_VERSION"; }
+
+# Kueue is not linked into the bin dir (whose name is keyed by the control
+# plane's versions): only e2e/kueue.sh runs it, through `--kueue-bin`.
+build_kueue() {
+  local dir
+  dir=$(kueue_dir)
+  [[ -x "$dir/bin/kueue" ]] && return
+  log "building Kueue $KUEUE_VERSION (go install; about 3 minutes cold)"
+  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
+  # The stamp shows in Kueue's first log line ("Initializing", gitVersion).
+  local ldflags="-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+  with_progress "Kueue $KUEUE_VERSION" "$dir.tmp/build.log" \
+    env GOBIN="$dir.tmp/bin" go install -v -trimpath -ldflags "$ldflags" "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+  finish "$dir"
+}
+
 link_bin_dir() {
   local dir
   dir=$(bin_dir)
@@ -135,6 +183,10 @@ link_bin_dir() {
 main() {
   if [[ "${1:-}" == "--bin-dir" ]]; then
     bin_dir
+    return 0
+  fi
+  if [[ "${1:-}" == "--kueue-bin" ]]; then
+    echo "${TFJOB_KUEUE_BIN:-$(kueue_dir)/bin/kueue}"
     return 0
   fi
   command -v go >/dev/null || die "go is needed to build the control plane (see README, 'Local cluster')"
@@ -157,7 +209,10 @@ main() {
   build_kubernetes
   build_kwok
   build_helm
+  build_prometheus
+  [[ -n "${TFJOB_KUEUE_BIN:-}" ]] || build_kueue
   link_bin_dir
+  link_prometheus
   log "tools ready in $(bin_dir) ($((SECONDS - start)) s)"
 }
 

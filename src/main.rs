@@ -1,7 +1,6 @@
 //! The operator binary: `run` (the controller), `crd` (print the CRD YAML),
 //! `version`. Errors are reported with `anyhow` here, at the binary's edge only.
-use std::net::SocketAddr;
-
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -9,11 +8,19 @@ use clap::{Parser, Subcommand, ValueEnum};
 use kube::api::{Api, ListParams};
 use tfjob_operator::api::TFJob;
 use tfjob_operator::runtime::InformerFactory;
-use tfjob_operator::runtime::client::RateLimitLayer;
+use tfjob_operator::runtime::client::metrics::RestClientMetricsLayer;
+use tfjob_operator::runtime::client::{RateLimitLayer, RequestTimeoutLayer};
+use tfjob_operator::runtime::flags::{
+    BindAddress, SERVICE_ACCOUNT_NAMESPACE, leader_election_namespace,
+};
 use tfjob_operator::runtime::leader_election::LeaderElectionConfig;
+use tfjob_operator::runtime::logging::{FlatJson, log_filter};
 use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
+use tfjob_operator::runtime::metrics::build_info::{self, BuildInfo};
+use tfjob_operator::runtime::metrics::process::ProcessCollector;
 use tfjob_operator::tfjob::controller::{Options, setup};
 use tfjob_operator::tfjob::schema::{CRD_NAME, StatusSchema};
+use tracing_subscriber::fmt::format::JsonFields;
 
 #[derive(Parser)]
 #[command(
@@ -43,7 +50,10 @@ enum LogFormat {
 }
 
 /// Flags of `run`; each can also be set by the environment variable shown.
+/// A repeated flag's last value wins, as with Go's flags (the chart appends
+/// `extraArgs` after its own).
 #[derive(clap::Args, Debug)]
+#[command(args_override_self = true)]
 struct RunArgs {
     /// Watch TFJobs (and their Pods and Services) in this namespace only; all namespaces when unset.
     #[arg(long, env = "WATCH_NAMESPACE")]
@@ -51,22 +61,28 @@ struct RunArgs {
     /// Concurrent reconciles (different jobs are reconciled in parallel; one job never is).
     #[arg(long, env = "TFJOB_WORKERS", default_value_t = 4)]
     workers: usize,
-    /// Where /metrics is served.
-    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
-    metrics_bind_address: SocketAddr,
-    /// Where /healthz and /readyz are served.
+    /// Where /metrics is served: `:8080`, `host:port`, `[::1]:8080`, or `0` (off).
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = ":8080")]
+    metrics_bind_address: BindAddress,
+    /// Where /healthz and /readyz are served (same forms as the metrics address).
+    #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081")]
+    health_probe_bind_address: BindAddress,
+    /// Elect a leader with a Lease so only one replica reconciles
+    /// (`--leader-elect`, `--leader-elect=true|false`).
     #[arg(
         long,
-        env = "HEALTH_PROBE_BIND_ADDRESS",
-        default_value = "0.0.0.0:8081"
+        env = "LEADER_ELECT",
+        default_value_t = true,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
     )]
-    health_probe_bind_address: SocketAddr,
-    /// Elect a leader with a Lease so only one replica reconciles.
-    #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     leader_elect: bool,
-    /// Namespace of the leader-election Lease (defaults to the Pod's namespace).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-    leader_election_namespace: String,
+    /// Namespace of the leader-election Lease (default: the Pod's own
+    /// namespace, from its ServiceAccount mount; `default` out of a cluster).
+    #[arg(long, env = "POD_NAMESPACE")]
+    leader_election_namespace: Option<String>,
     /// Name of the leader-election Lease.
     #[arg(
         long,
@@ -87,14 +103,34 @@ struct RunArgs {
     /// Burst above `--kube-api-qps`.
     #[arg(long, env = "KUBE_API_BURST", default_value_t = 30)]
     kube_api_burst: u32,
+    /// Force-delete a replica's Pod that was disrupted (e.g. evicted from a
+    /// node that stopped responding) and is still terminating this many
+    /// seconds after its grace period ended, so the job can replace it
+    /// instead of hanging in Restarting (0: never).
+    #[arg(
+        long,
+        env = "FORCE_DELETE_STUCK_PODS_AFTER_SECONDS",
+        default_value_t = 300
+    )]
+    force_delete_stuck_pods_after_seconds: u64,
+    /// Seconds a read or write to the API server may take to answer (a
+    /// watch gets its own timeoutSeconds plus 30 s).
+    #[arg(long, env = "KUBE_API_TIMEOUT_SECONDS", default_value_t = 30)]
+    kube_api_timeout_seconds: u64,
     /// Seconds to let in-flight reconciles finish on SIGTERM.
     #[arg(long, env = "GRACEFUL_SHUTDOWN_SECONDS", default_value_t = 30)]
     graceful_shutdown_seconds: u64,
-    /// Log format.
+    /// Log format: `text`, or `json` (one flat object per line).
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
-    /// Log filter (tracing EnvFilter syntax, e.g. `info,tfjob_operator=debug`).
-    #[arg(long, env = "RUST_LOG", default_value = "info")]
+    /// Log level: zap's `debug`, `info`, `error` or a verbosity number, or a
+    /// tracing filter (e.g. `info,tfjob_operator=debug`).
+    #[arg(
+        long = "zap-log-level",
+        alias = "log-level",
+        env = "RUST_LOG",
+        default_value = "info"
+    )]
     log_level: String,
     /// Log every stage an event passes through (reflector → FIFO → informer →
     /// queue → worker → reconcile): the pipeline, live.
@@ -116,7 +152,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn init_logging(args: &RunArgs) -> anyhow::Result<()> {
-    let mut filter = args.log_level.clone();
+    let mut filter = log_filter(&args.log_level);
     if args.trace_pipeline {
         filter.push_str(",pipeline=debug");
     }
@@ -126,7 +162,10 @@ fn init_logging(args: &RunArgs) -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter)?);
     match args.log_format {
         LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Json => builder
+            .fmt_fields(JsonFields::new())
+            .event_format(FlatJson)
+            .try_init(),
     }
     .map_err(|e| anyhow::anyhow!("failed to set up logging: {e}"))
 }
@@ -140,23 +179,38 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = kube::Config::infer()
         .await
         .context("failed to find cluster credentials: set KUBECONFIG or run in a Pod")?;
+    let host = config
+        .cluster_url
+        .authority()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let rest_metrics = RestClientMetricsLayer::new(host);
+    let timeout = RequestTimeoutLayer::new(Duration::from_secs(args.kube_api_timeout_seconds));
+    // Metrics outermost, so a request cut by its deadline is counted too.
+    let builder = kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&timeout)
+        .with_layer(&rest_metrics);
     let client = if args.kube_api_qps > 0.0 {
-        kube::client::ClientBuilder::try_from(config)?
+        builder
             .with_layer(&RateLimitLayer::new(args.kube_api_qps, args.kube_api_burst))
             .build()
     } else {
-        kube::Client::try_from(config)?
+        builder.build()
     };
     check_crd_installed(&client, args.namespace.as_deref()).await?;
 
     let leader_election = args.leader_elect.then(|| {
-        LeaderElectionConfig::new(&args.leader_election_namespace, &args.leader_election_id)
+        let namespace = leader_election_namespace(
+            args.leader_election_namespace.as_deref(),
+            Path::new(SERVICE_ACCOUNT_NAMESPACE),
+        );
+        LeaderElectionConfig::new(&namespace, &args.leader_election_id)
     });
     let mut manager = Manager::new(
         client.clone(),
         ManagerConfig {
-            probe_addr: Some(args.health_probe_bind_address),
-            metrics_addr: Some(args.metrics_bind_address),
+            probe_addr: args.health_probe_bind_address.addr(),
+            metrics_addr: args.metrics_bind_address.addr(),
             leader_election,
             graceful_shutdown: Duration::from_secs(args.graceful_shutdown_seconds),
             handle_signals: true,
@@ -174,12 +228,26 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     manager
         .readiness()
         .add_detail(format!("crd {CRD_NAME}: {status_schema}"));
+    let registry = manager.registry();
+    rest_metrics.register(&registry);
+    ProcessCollector::register(&registry);
+    build_info::register(
+        &registry,
+        "tfjob_operator",
+        &BuildInfo {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            git_commit: env!("TFJOB_GIT_COMMIT").to_owned(),
+            rust_version: env!("TFJOB_RUSTC_VERSION").to_owned(),
+        },
+    );
     let options = Options {
         namespace: args.namespace.clone(),
         workers: args.workers,
         cluster_domain: args.cluster_domain.clone(),
         write_concurrency: args.write_concurrency,
         status_schema,
+        force_delete_stuck_after: (args.force_delete_stuck_pods_after_seconds > 0)
+            .then(|| Duration::from_secs(args.force_delete_stuck_pods_after_seconds)),
     };
     setup(&mut manager, InformerFactory::new(client), &options)?;
     manager.run().await?;
@@ -203,5 +271,78 @@ async fn check_crd_installed(client: &kube::Client, namespace: Option<&str>) -> 
         Err(e) => Err(e).context(
             "failed to list TFJobs (is the API server reachable, and may this identity list tfjobs?)",
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_args(flags: &[&str]) -> Result<RunArgs, clap::Error> {
+        let argv = ["tfjob-operator", "run"].iter().chain(flags);
+        match Cli::try_parse_from(argv)?.command {
+            Command::Run(args) => Ok(*args),
+            _ => unreachable!("parsed `run`"),
+        }
+    }
+
+    #[test]
+    fn leader_elect_is_a_bare_flag_or_takes_true_or_false_after_an_equals_sign() {
+        assert!(run_args(&["--leader-elect"]).unwrap().leader_elect);
+        assert!(run_args(&["--leader-elect=true"]).unwrap().leader_elect);
+        assert!(!run_args(&["--leader-elect=false"]).unwrap().leader_elect);
+        assert!(run_args(&["--leader-elect=maybe"]).is_err());
+        // As Go's bool flags: a separate word is not the flag's value.
+        assert!(run_args(&["--leader-elect", "false"]).is_err());
+    }
+
+    #[test]
+    fn bind_addresses_take_controller_runtimes_forms() {
+        let args = run_args(&[
+            "--metrics-bind-address=0",
+            "--health-probe-bind-address=[::1]:9443",
+        ])
+        .unwrap();
+        assert_eq!(args.metrics_bind_address.addr(), None);
+        assert_eq!(
+            args.health_probe_bind_address.addr(),
+            Some("[::1]:9443".parse().unwrap())
+        );
+        let defaults = run_args(&[]).unwrap();
+        assert_eq!(
+            defaults.metrics_bind_address.addr(),
+            Some("0.0.0.0:8080".parse().unwrap())
+        );
+        assert!(run_args(&["--metrics-bind-address=8080"]).is_err());
+    }
+
+    #[test]
+    fn the_log_level_is_spelled_as_zap_or_as_before() {
+        assert_eq!(
+            run_args(&["--zap-log-level=debug"]).unwrap().log_level,
+            "debug"
+        );
+        assert_eq!(
+            run_args(&["--log-level", "warn"]).unwrap().log_level,
+            "warn"
+        );
+        assert!(matches!(
+            run_args(&["--log-format=json"]).unwrap().log_format,
+            LogFormat::Json
+        ));
+        assert!(run_args(&["--log-format=yaml"]).is_err());
+    }
+
+    #[test]
+    fn a_repeated_flag_takes_its_last_value_as_go_flags_do() {
+        let args = run_args(&[
+            "--workers=2",
+            "--zap-log-level=info",
+            "--workers=3",
+            "--log-level=debug",
+        ])
+        .unwrap();
+        assert_eq!(args.workers, 3);
+        assert_eq!(args.log_level, "debug");
     }
 }

@@ -123,12 +123,16 @@ pub mod event {
     pub const SUCCESSFUL_CREATE_POD: &str = "SuccessfulCreatePod";
     pub const FAILED_CREATE_POD: &str = "FailedCreatePod";
     pub const SUCCESSFUL_DELETE_POD: &str = "SuccessfulDeletePod";
+    /// Ours: a Pod stuck terminating on a lost node was force-deleted.
+    pub const FORCE_DELETED_POD: &str = "ForceDeletedPod";
     pub const FAILED_DELETE_POD: &str = "FailedDeletePod";
     pub const SUCCESSFUL_CREATE_SERVICE: &str = "SuccessfulCreateService";
     pub const FAILED_CREATE_SERVICE: &str = "FailedCreateService";
     pub const SUCCESSFUL_DELETE_SERVICE: &str = "SuccessfulDeleteService";
     pub const FAILED_DELETE_SERVICE: &str = "FailedDeleteService";
     pub const EXITED_WITH_CODE: &str = "ExitedWithCode";
+    /// Ours: `runPolicy.schedulingPolicy` is set but nothing honours it.
+    pub const SCHEDULING_POLICY_IGNORED: &str = "SchedulingPolicyIgnored";
     pub const SET_POD_TEMPLATE_RESTART_POLICY: &str = "SetPodTemplateRestartPolicy";
     pub const JOB_TERMINATED: &str = "JobTerminated";
     pub const SUCCESSFUL_DELETE_JOB: &str = "SuccessfulDeleteJob";

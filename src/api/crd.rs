@@ -220,6 +220,37 @@ mod tests {
     }
 
     #[test]
+    fn default_columns_are_kubeflows_and_wide_ones_name_the_type_they_read() {
+        let crd = crd().unwrap();
+        let columns = crd.spec.versions[0]
+            .additional_printer_columns
+            .clone()
+            .unwrap_or_default();
+        let default: Vec<&str> = columns
+            .iter()
+            .filter(|c| c.priority.unwrap_or(0) == 0)
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(
+            default,
+            ["State", "Age"],
+            "scripts parse Kubeflow's columns"
+        );
+        for c in columns
+            .iter()
+            .filter(|c| c.json_path.contains("replicaStatuses."))
+        {
+            let rtype = c.json_path.split('.').nth(3).unwrap_or_default();
+            assert!(
+                c.name.starts_with(rtype),
+                "{} reads {} only: its name must say so",
+                c.name,
+                c.json_path
+            );
+        }
+    }
+
+    #[test]
     fn restart_policy_is_an_enum() {
         let s = schema();
         let rp = &s["properties"]["spec"]["properties"]["tfReplicaSpecs"]["additionalProperties"]["properties"]

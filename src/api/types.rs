@@ -26,10 +26,16 @@ use serde::{Deserialize, Serialize};
     shortname = "tfjob",
     namespaced,
     status = "TFJobStatus",
+    // The default columns are Kubeflow's (State, Age), so scripts that parse
+    // `kubectl get tfjobs` keep working; `-o wide` adds per-type counts,
+    // each named for the one type it reads (a column can read one map key,
+    // not a sum), so none is wrong for a job shape it does not describe.
     printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.conditions[-1:].type","description":"The latest condition of the job"}"#,
-    printcolumn = r#"{"name":"Active","type":"integer","jsonPath":".status.replicaStatuses.Worker.active","description":"Running Worker replicas"}"#,
-    printcolumn = r#"{"name":"Succeeded","type":"integer","jsonPath":".status.replicaStatuses.Worker.succeeded","description":"Succeeded Worker replicas"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Worker-Active","type":"integer","priority":1,"jsonPath":".status.replicaStatuses.Worker.active","description":"Running Worker replicas"}"#,
+    printcolumn = r#"{"name":"Worker-Succeeded","type":"integer","priority":1,"jsonPath":".status.replicaStatuses.Worker.succeeded","description":"Succeeded Worker replicas"}"#,
+    printcolumn = r#"{"name":"PS-Active","type":"integer","priority":1,"jsonPath":".status.replicaStatuses.PS.active","description":"Running PS replicas"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[-1:].message","description":"The latest condition's message"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct TFJobSpec {

@@ -8,6 +8,8 @@
 //! settings (Kubeflow's training-operator runs at QPS 20 / burst 30).
 //!
 //! It never drops or fails a request: a request without a token waits.
+//!
+//! The deadline every request gets is in `client/timeout.rs`.
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -16,6 +18,10 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
+
+pub mod metrics;
+mod timeout;
+pub use timeout::*;
 
 /// A token bucket: `burst` tokens, refilled at `qps` per second.
 #[derive(Debug)]

@@ -390,7 +390,8 @@ impl<R: Reconciler> Inner<R> {
     /// Runs one reconcile and applies the result rules from the module docs.
     async fn reconcile_handler(&self, key: &ObjectKey) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let span = tracing::info_span!("reconcile", controller = %self.name, key = %key, reconcile_id = id);
+        // controller-runtime's log keys, so JSON logs read like a Go controller's.
+        let span = tracing::info_span!("reconcile", controller = %self.name, namespace = key.namespace().unwrap_or_default(), name = key.name(), reconcileID = id);
         let start = Instant::now();
         // A panic must not take the worker (or the process) down with it.
         let result = AssertUnwindSafe(self.reconciler.reconcile(key.clone()))
@@ -534,8 +535,8 @@ impl ControllerFamilies {
                 f.errors.clone(),
             );
             r.register(
-                "controller_runtime_reconcile_errors_by_category",
-                "Reconciliation errors per controller and error category (tfjob-operator addition)",
+                "tfjob_operator_reconcile_errors_by_category",
+                "Reconciliation errors per controller and error category",
                 f.errors_by_category.clone(),
             );
             r.register(
@@ -807,7 +808,7 @@ mod tests {
             text.contains("controller_runtime_max_concurrent_reconciles{controller=\"test\"} 1\n")
         );
         assert!(
-            text.contains("workqueue_adds_total{name=\"test\"} 1\n"),
+            text.contains("workqueue_adds_total{controller=\"test\",name=\"test\"} 1\n"),
             "{text}"
         );
     }
@@ -872,10 +873,10 @@ mod tests {
             text.contains("controller_runtime_reconcile_errors_total{controller=\"test\"} 4\n")
         );
         assert!(text.contains(
-            "controller_runtime_reconcile_errors_by_category_total{controller=\"test\",category=\"api\"} 4\n"
+            "tfjob_operator_reconcile_errors_by_category_total{controller=\"test\",category=\"api\"} 4\n"
         ));
         assert!(
-            text.contains("workqueue_retries_total{name=\"test\"} 4\n"),
+            text.contains("workqueue_retries_total{controller=\"test\",name=\"test\"} 4\n"),
             "{text}"
         );
     }

@@ -69,6 +69,26 @@ impl<K> std::fmt::Debug for DeletedObject<K> {
     }
 }
 
+/// Objects a relist returned but the reflector could not decode. They are
+/// alive on the server, so a `replace` must not tombstone them: the cache
+/// keeps its last good copy of each (client-go has no such case: there, one
+/// undecodable object fails the whole list).
+#[derive(Clone, Debug, Default)]
+pub struct Undecodable {
+    /// Keys read from the undecodable objects' metadata.
+    pub keys: HashSet<ObjectKey>,
+    /// Some undecodable object did not even yield a key: nothing missing
+    /// from this list can be called deleted.
+    pub unknown_keys: bool,
+}
+
+impl Undecodable {
+    /// Whether every listed object decoded.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty() && !self.unknown_keys
+    }
+}
+
 /// One change to one object (client-go `Delta` with its `DeltaType`).
 pub enum Delta<K> {
     /// Seen created by the watch.
@@ -296,19 +316,59 @@ impl<K: Object> DeltaFifo<K> {
         self.notify.notify_waiters();
     }
 
+    /// Queues a delete of `key` whose final state could not be decoded (an
+    /// undecodable watch DELETED): a `FinalStateUnknown` tombstone carrying
+    /// the newest state known, queued or cached. Ignored, returning false,
+    /// when the key is neither: nobody ever saw the object.
+    pub fn delete_key(&self, key: ObjectKey) -> bool {
+        {
+            let mut state = self.lock();
+            let queued = state
+                .items
+                .get(&key)
+                .and_then(|d| d.last())
+                .map(|d| d.object().clone());
+            let Some(obj) = queued.or_else(|| self.known.get(&key)) else {
+                return false;
+            };
+            tracing::debug!(target: "pipeline", stage = "2 delta_fifo", kind = %K::kind(&()), key = %key, delta = "DeletedFinalStateUnknown", "delta queued");
+            let tombstone = DeletedObject::FinalStateUnknown {
+                key: key.clone(),
+                obj,
+            };
+            state.queue_action(key, Delta::Deleted(tombstone));
+        }
+        self.notify.notify_waiters();
+        true
+    }
+
     /// Queues the result of a (re)list: `Replaced` for every listed object and
     /// a `FinalStateUnknown` tombstone for every key that is cached or queued
     /// but absent from the list (client-go `Replace`).
     pub fn replace(&self, list: Vec<Arc<K>>) {
-        tracing::debug!(target: "pipeline", stage = "2 delta_fifo", kind = %K::kind(&()), objects = list.len(), "relist: Replaced for each listed object, a tombstone for each vanished key");
+        self.replace_keeping(list, &Undecodable::default());
+    }
+
+    /// [`Self::replace`] for a list in which the objects in `undecodable`
+    /// were present but could not be decoded: they count as listed (no
+    /// tombstone) and keep whatever is cached or queued for them. With
+    /// `unknown_keys` set, nothing is tombstoned at all.
+    pub fn replace_keeping(&self, list: Vec<Arc<K>>, undecodable: &Undecodable) {
+        tracing::debug!(target: "pipeline", stage = "2 delta_fifo", kind = %K::kind(&()), objects = list.len(), undecodable = undecodable.keys.len(), "relist: Replaced for each listed object, a tombstone for each vanished key");
         let mut state = self.lock();
-        let mut listed = HashSet::with_capacity(list.len());
+        let mut listed = HashSet::with_capacity(list.len() + undecodable.keys.len());
+        listed.extend(undecodable.keys.iter().cloned());
         for obj in list {
             let Some(key) = ObjectKey::of(obj.as_ref()) else {
                 continue;
             };
             listed.insert(key.clone());
             state.queue_action(key, Delta::Replaced(obj));
+        }
+        if undecodable.unknown_keys {
+            tracing::warn!(kind = %K::kind(&()), "an object of this relist had no readable name: no missing object is treated as deleted this time");
+            self.finish_replace(state);
+            return;
         }
         // Queued but not listed: its newest known state is in the queue.
         let vanished_queued: Vec<(ObjectKey, Arc<K>)> = state
@@ -337,6 +397,10 @@ impl<K: Object> DeltaFifo<K> {
                 state.queue_action(key, Delta::Deleted(tombstone));
             }
         }
+        self.finish_replace(state);
+    }
+
+    fn finish_replace(&self, mut state: MutexGuard<'_, State<K>>) {
         if !state.populated {
             state.populated = true;
             state.initial_population = state.queue.len();
@@ -594,6 +658,52 @@ mod tests {
                 ("new".to_string(), vec!["Replaced"]),
             ]
         );
+    }
+
+    #[test]
+    fn an_undecodable_relisted_object_keeps_its_cached_copy_and_is_not_tombstoned() {
+        let (f, known) = fifo();
+        known.insert(cm("broken", "1"));
+        known.insert(cm("gone", "2"));
+        let undecodable = Undecodable {
+            keys: HashSet::from([key("broken")]),
+            unknown_keys: false,
+        };
+        f.replace_keeping(vec![], &undecodable);
+        let mut popped = Vec::new();
+        while let Some(d) = f.try_pop_with(|d| d) {
+            popped.push((d.key.name().to_string(), kinds(&d)));
+        }
+        assert_eq!(
+            popped,
+            [("gone".to_string(), vec!["DeletedFinalStateUnknown"])]
+        );
+    }
+
+    #[test]
+    fn a_relist_with_an_object_without_a_readable_key_tombstones_nothing() {
+        let (f, known) = fifo();
+        known.insert(cm("a", "1"));
+        let undecodable = Undecodable {
+            keys: HashSet::new(),
+            unknown_keys: true,
+        };
+        f.replace_keeping(vec![cm("b", "2")], &undecodable);
+        assert_eq!(f.try_pop_with(|d| kinds(&d)), Some(vec!["Replaced"]));
+        assert!(f.is_empty(), "a was not tombstoned");
+    }
+
+    #[test]
+    fn a_delete_by_key_tombstones_the_newest_known_state() {
+        let (f, known) = fifo();
+        known.insert(cm("a", "1"));
+        f.update(cm("a", "2"));
+        assert!(f.delete_key(key("a")));
+        let d = f.try_pop_with(|d| d).unwrap();
+        assert_eq!(kinds(&d), ["Updated", "DeletedFinalStateUnknown"]);
+        assert_eq!(rv(&d.deltas[1]), "2");
+        assert!(!f.delete_key(key("never-seen")));
+        assert!(f.is_empty());
     }
 
     #[test]

@@ -51,7 +51,8 @@ pub struct WatchConfig {
     pub namespace: Option<String>,
     pub label_selector: Option<String>,
     pub field_selector: Option<String>,
-    /// Re-deliver every cached object this often; `None`: never.
+    /// Re-deliver every cached object this often, to handlers registered
+    /// with `add_event_handler_with_resync`; `None`: never.
     pub resync: Option<Duration>,
 }
 
@@ -160,7 +161,7 @@ impl InformerFactory {
             .cloned()
     }
 
-    /// Exports `informer_*` metrics (lists, watches, decode failures, last
+    /// Exports `tfjob_operator_informer_*` metrics (lists, watches, decode failures, last
     /// resourceVersion, cached objects, synced) for every informer this
     /// factory creates, now or later. Only the first call registers.
     pub fn register_metrics(&self, registry: &SharedRegistry) {
@@ -382,15 +383,25 @@ mod tests {
         let text = crate::runtime::metrics::encode(&registry);
         let cached: Vec<&str> = text
             .lines()
-            .filter(|l| l.starts_with("informer_cached_objects{"))
+            .filter(|l| l.starts_with("tfjob_operator_informer_cached_objects{"))
             .collect();
         assert_eq!(cached.len(), 1, "{text}");
         assert!(cached[0].contains(r#"kind="Pod""#), "{text}");
         assert!(cached[0].contains(r#"namespace="team-a""#), "{text}");
         assert!(cached[0].ends_with(" 1"), "{text}");
-        assert!(text.contains("# TYPE informer_lists counter"), "{text}");
-        assert!(text.contains("informer_lists_total{"), "{text}");
-        assert!(text.contains("informer_synced{"), "{text}");
+        assert!(
+            text.contains("# TYPE tfjob_operator_informer_lists counter"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tfjob_operator_informer_lists_total{"),
+            "{text}"
+        );
+        assert!(text.contains("tfjob_operator_informer_synced{"), "{text}");
+        assert!(
+            text.contains("tfjob_operator_informer_decode_failures_total{"),
+            "{text}"
+        );
     }
 
     #[tokio::test]

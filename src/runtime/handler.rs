@@ -42,7 +42,8 @@ pub trait Predicate: Send + Sync + 'static {
     fn create(&self, _meta: &ObjectMeta) -> bool {
         true
     }
-    /// An object changed (or was re-delivered by a relist or resync).
+    /// An object changed (or, for a handler registered with resync, was
+    /// re-delivered unchanged by a relist or resync).
     fn update(&self, _old: &ObjectMeta, _new: &ObjectMeta) -> bool {
         true
     }

@@ -31,8 +31,10 @@ pub trait EventHandler<K>: Send + Sync + 'static {
     /// A new object; `in_initial_list` is true while the first list is
     /// being delivered (and for the replay a late handler gets).
     fn on_add(&self, obj: &Arc<K>, in_initial_list: bool);
-    /// A changed object (or a relist / resync of an unchanged one:
-    /// compare resourceVersions to tell).
+    /// A changed object. A handler registered with
+    /// [`SharedInformer::add_event_handler_with_resync`] also gets the
+    /// unchanged ones a relist or resync re-delivers (`old` and `new` then
+    /// have the same resourceVersion); others never do.
     fn on_update(&self, old: &Arc<K>, new: &Arc<K>);
     /// A deleted object, or a tombstone when the delete itself was missed.
     fn on_delete(&self, obj: &DeletedObject<K>);
@@ -41,7 +43,8 @@ pub trait EventHandler<K>: Send + Sync + 'static {
 /// How an informer lists, watches and resyncs.
 pub struct InformerConfig<K> {
     pub reflector: ReflectorConfig<K>,
-    /// Re-deliver every cached object as an update this often (`None`: never).
+    /// Re-deliver every cached object as an update this often (`None`:
+    /// never), to the handlers that asked for resyncs.
     pub resync: Option<Duration>,
 }
 
@@ -54,10 +57,18 @@ impl<K: Object> Default for InformerConfig<K> {
     }
 }
 
+/// A registered handler and whether it wants syncs.
+struct Registered<K> {
+    handler: Arc<dyn EventHandler<K>>,
+    /// Gets syncs: periodic resyncs, and relisted objects whose
+    /// resourceVersion did not change.
+    resync: bool,
+}
+
 struct Inner<K> {
     indexer: Indexer<K>,
     fifo: DeltaFifo<K>,
-    handlers: RwLock<Vec<Arc<dyn EventHandler<K>>>>,
+    handlers: RwLock<Vec<Registered<K>>>,
     /// Taken by the first `run`; later runs find `None` and return.
     reflector: Mutex<Option<Reflector<K>>>,
     status: ReflectorStatus,
@@ -119,7 +130,24 @@ impl<K: Object> SharedInformer<K> {
     /// gets `on_add(obj, true)` for each of them, then live events, with no
     /// gap and no duplicate (registration waits for an in-flight event).
     /// Must not be called from inside a handler (it would deadlock).
+    ///
+    /// The handler gets no syncs: an object a relist (after every `410
+    /// Gone`) or a resync re-delivers unchanged is not an update (client-go
+    /// delivers those to handlers whose resync period is due; a handler
+    /// that wants them says so with [`Self::add_event_handler_with_resync`]).
     pub fn add_event_handler(&self, handler: Arc<dyn EventHandler<K>>) {
+        self.register(handler, false);
+    }
+
+    /// Like [`Self::add_event_handler`], and the handler also gets syncs:
+    /// every cached object each resync period (see
+    /// [`InformerConfig::resync`]) and the unchanged objects of a relist, as
+    /// updates with the same resourceVersion on both sides.
+    pub fn add_event_handler_with_resync(&self, handler: Arc<dyn EventHandler<K>>) {
+        self.register(handler, true);
+    }
+
+    fn register(&self, handler: Arc<dyn EventHandler<K>>, resync: bool) {
         let mut handlers = self
             .inner
             .handlers
@@ -128,7 +156,7 @@ impl<K: Object> SharedInformer<K> {
         for obj in self.inner.indexer.list() {
             call(|| handler.on_add(&obj, true));
         }
-        handlers.push(handler);
+        handlers.push(Registered { handler, resync });
     }
 
     /// True once every object of the first list has been cached and
@@ -207,31 +235,49 @@ impl<K: Object> SharedInformer<K> {
         let indexer = &self.inner.indexer;
         tracing::debug!(target: "pipeline", stage = "3 informer", kind = %K::kind(&()), key = %deltas.key, deltas = deltas.deltas.len(), handlers = handlers.len(), "popped: indexer updated, then handlers called");
         for delta in deltas.deltas {
-            match delta {
-                Delta::Added(obj)
-                | Delta::Updated(obj)
-                | Delta::Replaced(obj)
-                | Delta::Sync(obj) => match indexer.insert(obj.clone()) {
-                    Some(old) => {
-                        for h in handlers.iter() {
-                            call(|| h.on_update(&old, &obj));
-                        }
-                    }
-                    None => {
-                        for h in handlers.iter() {
-                            call(|| h.on_add(&obj, deltas.in_initial_list));
-                        }
-                    }
-                },
+            let (obj, replaced) = match delta {
                 Delta::Deleted(deleted) => {
                     indexer.remove(&deltas.key);
                     for h in handlers.iter() {
-                        call(|| h.on_delete(&deleted));
+                        call(|| h.handler.on_delete(&deleted));
+                    }
+                    continue;
+                }
+                Delta::Sync(obj) => {
+                    // A resync only ever re-delivers what is cached.
+                    if let Some(old) = indexer.insert(obj.clone()) {
+                        for h in handlers.iter().filter(|h| h.resync) {
+                            call(|| h.handler.on_update(&old, &obj));
+                        }
+                    }
+                    continue;
+                }
+                Delta::Replaced(obj) => (obj, true),
+                Delta::Added(obj) | Delta::Updated(obj) => (obj, false),
+            };
+            match indexer.insert(obj.clone()) {
+                Some(old) => {
+                    // client-go's processDeltas: a relisted object at the
+                    // cached resourceVersion is a sync, not an update.
+                    let sync = replaced && same_version(old.as_ref(), obj.as_ref());
+                    for h in handlers.iter().filter(|h| h.resync || !sync) {
+                        call(|| h.handler.on_update(&old, &obj));
+                    }
+                }
+                None => {
+                    for h in handlers.iter() {
+                        call(|| h.handler.on_add(&obj, deltas.in_initial_list));
                     }
                 }
             }
         }
     }
+}
+
+/// Whether two states of an object have the same (known) resourceVersion.
+fn same_version<K: Object>(a: &K, b: &K) -> bool {
+    let rv = |o: &K| o.meta().resource_version.clone();
+    rv(a).is_some() && rv(a) == rv(b)
 }
 
 /// Calls a handler, containing a panic so one faulty handler cannot stop the
@@ -493,16 +539,56 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn resync_redelivers_cached_objects_as_updates() {
+    async fn resync_redelivers_cached_objects_as_updates_to_handlers_that_asked() {
         let lw = ScriptedListWatch::new().list(Ok(page(vec![cm_json("a", "1")], "1", None)));
         let inf = informer(lw, Some(Duration::from_secs(60)));
-        let rec = Recorder::new(&inf);
-        inf.add_event_handler(rec.clone());
+        let resyncing = Recorder::new(&inf);
+        inf.add_event_handler_with_resync(resyncing.clone());
+        let plain = Recorder::new(&inf);
+        inf.add_event_handler(plain.clone());
         let _guard = run(&inf);
         settle(59).await;
-        assert_eq!(rec.events(), ["add a@1 (initial)"]);
+        assert_eq!(resyncing.events(), ["add a@1 (initial)"]);
         settle(2).await;
-        assert_eq!(rec.events(), ["add a@1 (initial)", "update a@1->1"]);
+        assert_eq!(resyncing.events(), ["add a@1 (initial)", "update a@1->1"]);
+        assert_eq!(plain.events(), ["add a@1 (initial)"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_relist_delivers_only_what_changed_except_to_handlers_that_asked_for_syncs() {
+        let lw = ScriptedListWatch::new()
+            .list(Ok(page(
+                vec![cm_json("a", "1"), cm_json("b", "1")],
+                "1",
+                None,
+            )))
+            .watch(ScriptedWatch::Events {
+                events: vec![expired_event()],
+                stay_open: false,
+            })
+            .list(Ok(page(
+                vec![cm_json("a", "1"), cm_json("b", "2")],
+                "5",
+                None,
+            )));
+        let inf = informer(lw, None);
+        let plain = Recorder::new(&inf);
+        inf.add_event_handler(plain.clone());
+        let resyncing = Recorder::new(&inf);
+        inf.add_event_handler_with_resync(resyncing.clone());
+        let _guard = run(&inf);
+        settle(5).await;
+        let updates = |r: &Recorder| -> Vec<String> {
+            let mut u: Vec<String> = r
+                .events()
+                .into_iter()
+                .filter(|e| e.starts_with("update"))
+                .collect();
+            u.sort();
+            u
+        };
+        assert_eq!(updates(&plain), ["update b@1->2"]);
+        assert_eq!(updates(&resyncing), ["update a@1->1", "update b@1->2"]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -18,7 +18,10 @@
 //! A lost Lease is fatal, as in controller-runtime: leader-only runnables are
 //! cancelled and aborted without waiting (another leader may already be
 //! acting), and `run` returns [`ManagerError::LeaderElectionLost`] so the
-//! process exits and its Deployment restarts it as a fresh candidate. A
+//! process exits and its Deployment restarts it as a fresh candidate. This
+//! holds during the graceful drain too: the Lease is still renewed while
+//! in-flight work finishes, and if it is lost then, the drain is cut short
+//! and every runnable aborted at once. A
 //! runnable returning an error (or panicking) also stops the manager.
 //!
 //! The manager never reconciles anything itself and never knows what its
@@ -411,18 +414,15 @@ impl Manager {
             tasks.abort_all().await;
         } else {
             tracing::info!(timeout = ?config.graceful_shutdown, "stopping runnables");
-            match tokio::time::timeout(config.graceful_shutdown, tasks.drain()).await {
-                Ok(Some(error)) if result.is_ok() => result = Err(error),
-                Ok(_) => {}
-                Err(_) => {
-                    tracing::error!(
-                        "runnables did not stop within the graceful shutdown timeout; aborting them"
-                    );
-                    tasks.abort_all().await;
+            match drain(&mut tasks, config.graceful_shutdown, &mut election).await {
+                Drained::Done(Some(error)) if result.is_ok() => result = Err(error),
+                Drained::Done(_) => {}
+                Drained::TimedOut => {
                     if result.is_ok() {
                         result = Err(ManagerError::ShutdownTimeout(config.graceful_shutdown));
                     }
                 }
+                Drained::LeaderLost => result = Err(ManagerError::LeaderElectionLost),
             }
         }
         // Leader-only work has stopped: now the Lease may go.
@@ -517,6 +517,55 @@ impl Tasks {
         while self.set.join_next().await.is_some() {}
         self.names.clear();
     }
+}
+
+/// How the graceful drain ended.
+#[derive(Debug)]
+enum Drained {
+    /// Every runnable returned; the first error, if any.
+    Done(Option<ManagerError>),
+    /// The graceful-shutdown timeout passed; the rest were aborted.
+    TimedOut,
+    /// The Lease was lost while draining; everything was aborted at once.
+    LeaderLost,
+}
+
+/// Waits for the runnables to finish their in-flight work, at most
+/// `timeout`, while still watching the Lease: a Lease lost during the drain
+/// aborts every runnable at once, since another leader may already be
+/// acting and a process that lost the Lease must stop writing.
+async fn drain(
+    tasks: &mut Tasks,
+    timeout: Duration,
+    election: &mut Option<JoinHandle<HoldOutcome>>,
+) -> Drained {
+    let drained = tokio::select! {
+        drained = tokio::time::timeout(timeout, tasks.drain()) => match drained {
+            Ok(first_error) => Drained::Done(first_error),
+            Err(_) => Drained::TimedOut,
+        },
+        // The Lease is not given up before the drain ends, so any outcome
+        // here means it is no longer ours.
+        outcome = join_election(election) => {
+            tracing::error!(?outcome, "leader election lost while draining; aborting in-flight work");
+            Drained::LeaderLost
+        }
+    };
+    match drained {
+        Drained::Done(_) => {}
+        Drained::TimedOut => {
+            tracing::error!(
+                "runnables did not stop within the graceful shutdown timeout; aborting them"
+            );
+            tasks.abort_all().await;
+        }
+        Drained::LeaderLost => {
+            // Finished: it must not be awaited again.
+            *election = None;
+            tasks.abort_all().await;
+        }
+    }
+    drained
 }
 
 /// The election task's outcome; never resolves when there is none.
@@ -826,6 +875,70 @@ mod tests {
         run.await.unwrap().unwrap();
     }
 
+    /// A runnable that needs `drain_for` to finish once cancelled, then
+    /// raises `finished`.
+    fn slow_to_drain(finished: Arc<AtomicBool>, drain_for: Duration) -> Runnable {
+        Runnable {
+            name: "slow".into(),
+            leader_only: true,
+            run: Box::new(move |token| {
+                Box::pin(async move {
+                    token.cancelled().await;
+                    tokio::time::sleep(drain_for).await;
+                    finished.store(true, Ordering::SeqCst);
+                    Ok(())
+                })
+            }),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_lost_while_draining_aborts_in_flight_work_at_once() {
+        let finished = flag();
+        let work = CancellationToken::new();
+        let mut tasks = Tasks::default();
+        tasks.spawn(
+            slow_to_drain(finished.clone(), Duration::from_secs(20)),
+            &work,
+        );
+        settle().await;
+        work.cancel();
+        let mut election = Some(tokio::spawn(async {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            HoldOutcome::Lost
+        }));
+        let start = Instant::now();
+        let drained = drain(&mut tasks, Duration::from_secs(30), &mut election).await;
+        assert!(matches!(drained, Drained::LeaderLost), "{drained:?}");
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(2),
+            "cut short at the loss"
+        );
+        assert!(election.is_none());
+        // Aborted, not left running: it never gets to finish its write.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!finished.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_with_the_lease_still_held_waits_for_in_flight_work() {
+        let finished = flag();
+        let work = CancellationToken::new();
+        let mut tasks = Tasks::default();
+        tasks.spawn(
+            slow_to_drain(finished.clone(), Duration::from_secs(20)),
+            &work,
+        );
+        settle().await;
+        work.cancel();
+        let mut election = Some(tokio::spawn(std::future::pending::<HoldOutcome>()));
+        let drained = drain(&mut tasks, Duration::from_secs(30), &mut election).await;
+        assert!(matches!(drained, Drained::Done(None)), "{drained:?}");
+        assert!(finished.load(Ordering::SeqCst));
+        assert!(election.is_some(), "still held: released after the drain");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_invalid_leader_election_config_fails_at_start() {
         let mut le = LeaderElectionConfig::new("ns", "lease");
@@ -883,7 +996,8 @@ mod tests {
         assert_eq!(mgr.background.len(), 1);
         let text = crate::runtime::metrics::encode(&mgr.registry());
         assert_eq!(
-            text.matches("# TYPE events_write_failures counter").count(),
+            text.matches("# TYPE tfjob_operator_events_write_failures counter")
+                .count(),
             1,
             "{text}"
         );

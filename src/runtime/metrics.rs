@@ -7,6 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use prometheus_client::registry::Registry;
 
+pub mod build_info;
+pub mod process;
+
 /// A registry that components register into and the manager serves.
 pub type SharedRegistry = Arc<Mutex<Registry>>;
 

@@ -11,6 +11,12 @@
 //! whose labels stopped matching is released (our reference removed), so a
 //! person can take a Pod out of a job by relabelling it.
 //!
+//! While the owner is being deleted (it has a `deletionTimestamp`), claim
+//! neither adopts nor releases: the garbage collector is about to remove the
+//! owner and, with it, its children; releasing them now would orphan them
+//! instead (ControllerRefManager's `ClaimObject`, and controller-runtime,
+//! leave them alone too).
+//!
 //! [`claim`] is pure and decides; [`adopt`] and [`release`] write. Patches
 //! carry the child's UID as a precondition so a re-created child of the same
 //! name is never touched by mistake.
@@ -18,7 +24,7 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use serde::de::DeserializeOwned;
@@ -33,6 +39,35 @@ pub struct Claimed<K> {
     pub adopt: Vec<Arc<K>>,
     /// Children we control whose labels no longer match: to let go.
     pub release: Vec<Arc<K>>,
+}
+
+/// The owner as [`claim`] needs it: its UID, and whether it is being
+/// deleted. From its metadata (`&owner.metadata`), or from a bare UID for
+/// an owner known not to be deleted.
+#[derive(Clone, Copy, Debug)]
+pub struct ClaimOwner<'a> {
+    pub uid: &'a str,
+    pub being_deleted: bool,
+}
+
+impl<'a> From<&'a ObjectMeta> for ClaimOwner<'a> {
+    fn from(meta: &'a ObjectMeta) -> Self {
+        Self {
+            uid: meta.uid.as_deref().unwrap_or_default(),
+            being_deleted: meta.deletion_timestamp.is_some(),
+        }
+    }
+}
+
+impl<'a> From<&'a str> for ClaimOwner<'a> {
+    /// An owner known by UID only: taken as not being deleted. Pass the
+    /// owner's metadata instead wherever it is at hand.
+    fn from(uid: &'a str) -> Self {
+        Self {
+            uid,
+            being_deleted: false,
+        }
+    }
 }
 
 /// The controller ownerReference of an object, if any.
@@ -50,15 +85,21 @@ fn matches(labels: Option<&BTreeMap<String, String>>, selector: &BTreeMap<String
         .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
 }
 
-/// Sorts `candidates` into owned / adopt / release for the owner with
-/// `owner_uid` selecting children by `selector` (every pair must match).
-/// Objects controlled by someone else are left out; so are orphans that are
-/// being deleted (adopting them is pointless).
-pub fn claim<K: Resource>(
-    owner_uid: &str,
+/// Sorts `candidates` into owned / adopt / release for `owner` selecting
+/// children by `selector` (every pair must match). Objects controlled by
+/// someone else are left out; so are orphans that are being deleted
+/// (adopting them is pointless). An owner being deleted adopts and releases
+/// nothing: its children stay as they are (those it controls whose labels
+/// no longer match are neither owned nor released).
+pub fn claim<'a, K: Resource>(
+    owner: impl Into<ClaimOwner<'a>>,
     selector: &BTreeMap<String, String>,
     candidates: impl IntoIterator<Item = Arc<K>>,
 ) -> Claimed<K> {
+    let ClaimOwner {
+        uid: owner_uid,
+        being_deleted,
+    } = owner.into();
     let mut c = Claimed {
         owned: Vec::new(),
         adopt: Vec::new(),
@@ -67,16 +108,16 @@ pub fn claim<K: Resource>(
     for obj in candidates {
         let labels_match = matches(obj.meta().labels.as_ref(), selector);
         match controller_of(obj.as_ref()) {
-            Some(owner) if owner.uid == owner_uid => {
+            Some(owner) if owner.uid == owner_uid && !owner_uid.is_empty() => {
                 if labels_match {
                     c.owned.push(obj);
-                } else {
+                } else if !being_deleted {
                     c.release.push(obj);
                 }
             }
             Some(_) => {}
             None => {
-                if labels_match && obj.meta().deletion_timestamp.is_none() {
+                if labels_match && !being_deleted && obj.meta().deletion_timestamp.is_none() {
                     c.adopt.push(obj);
                 }
             }
@@ -162,6 +203,44 @@ mod tests {
             ],
         );
         assert_eq!(names(&c.owned), ["mine"]);
+        assert_eq!(names(&c.adopt), ["orphan"]);
+        assert_eq!(names(&c.release), ["relabelled"]);
+    }
+
+    #[test]
+    fn an_owner_being_deleted_neither_adopts_nor_releases() {
+        let selector = BTreeMap::from([("app".to_owned(), "a".to_owned())]);
+        let owner = ObjectMeta {
+            uid: Some("me".into()),
+            deletion_timestamp: Some(Time(jiff::Timestamp::now())),
+            ..ObjectMeta::default()
+        };
+        let c = claim(
+            &owner,
+            &selector,
+            [
+                pod("mine", "a", Some("me")),
+                pod("relabelled", "b", Some("me")),
+                pod("orphan", "a", None),
+            ],
+        );
+        assert!(c.adopt.is_empty(), "adopted {:?}", names(&c.adopt));
+        assert!(c.release.is_empty(), "released {:?}", names(&c.release));
+        assert_eq!(names(&c.owned), ["mine"]);
+    }
+
+    #[test]
+    fn an_owner_given_by_metadata_claims_like_one_given_by_uid() {
+        let selector = BTreeMap::from([("app".to_owned(), "a".to_owned())]);
+        let owner = ObjectMeta {
+            uid: Some("me".into()),
+            ..ObjectMeta::default()
+        };
+        let c = claim(
+            &owner,
+            &selector,
+            [pod("relabelled", "b", Some("me")), pod("orphan", "a", None)],
+        );
         assert_eq!(names(&c.adopt), ["orphan"]);
         assert_eq!(names(&c.release), ["relabelled"]);
     }

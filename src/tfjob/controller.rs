@@ -36,6 +36,8 @@ pub struct Options {
     pub write_concurrency: usize,
     /// The installed CRD's status schema ([`super::schema`]).
     pub status_schema: StatusSchema,
+    /// See [`PlanConfig::force_delete_stuck_after`].
+    pub force_delete_stuck_after: Option<std::time::Duration>,
 }
 
 /// Why the controller could not be set up.
@@ -118,6 +120,7 @@ pub fn reconciler(
         plan_config: PlanConfig {
             cluster_domain: options.cluster_domain.clone(),
             status_schema: options.status_schema,
+            force_delete_stuck_after: options.force_delete_stuck_after,
         },
         write_concurrency: options.write_concurrency,
         written: WrittenStatus::default(),

@@ -1,7 +1,7 @@
 //! Job metrics, with Kubeflow's names so existing dashboards keep working
-//! (`training_operator_jobs_{created,successful,failed,restarted}_total`,
+//! (`training_operator_jobs_{created,successful,failed,restarted,deleted}_total`,
 //! labels `job_namespace` and `framework`), plus a job-duration histogram
-//! Kubeflow lacks.
+//! Kubeflow lacks (`tfjob_operator_job_duration_seconds`).
 //!
 //! Each is counted when *our status write* records the transition, so a job
 //! is counted once — not again when the operator restarts and relists, which
@@ -36,6 +36,7 @@ pub struct JobMetrics {
     successful: Family<JobLabels, Counter>,
     failed: Family<JobLabels, Counter>,
     restarted: Family<JobLabels, Counter>,
+    deleted: Family<JobLabels, Counter>,
     duration: Family<ResultLabels, Histogram>,
 }
 
@@ -46,6 +47,7 @@ impl JobMetrics {
             successful: Family::default(),
             failed: Family::default(),
             restarted: Family::default(),
+            deleted: Family::default(),
             duration: Family::new_with_constructor(|| {
                 // 1 s … ~9 h
                 Histogram::new(exponential_buckets(1.0, 2.0, 16))
@@ -67,19 +69,33 @@ impl JobMetrics {
             m.restarted.clone(),
         );
         sub.register(
-            "job_duration_seconds",
+            "jobs_deleted",
+            "TFJobs deleted by the operator (ttlSecondsAfterFinished)",
+            m.deleted.clone(),
+        );
+        r.register(
+            "tfjob_operator_job_duration_seconds",
             "Seconds from a TFJob's start to its success or failure",
             m.duration.clone(),
         );
         m
     }
 
-    /// Counts the transitions between two statuses that were just written.
-    pub fn record_transition(&self, namespace: &str, old: Option<&TFJobStatus>, new: &TFJobStatus) {
-        let labels = JobLabels {
+    fn labels(namespace: &str) -> JobLabels {
+        JobLabels {
             job_namespace: namespace.to_owned(),
             framework: "tensorflow".to_owned(),
-        };
+        }
+    }
+
+    /// Counts a job the operator deleted (as Kubeflow's `DeleteJob` does).
+    pub fn record_deleted(&self, namespace: &str) {
+        self.deleted.get_or_create(&Self::labels(namespace)).inc();
+    }
+
+    /// Counts the transitions between two statuses that were just written.
+    pub fn record_transition(&self, namespace: &str, old: Option<&TFJobStatus>, new: &TFJobStatus) {
+        let labels = Self::labels(namespace);
         let was = |t: &str| old.is_some_and(|s| s.conditions.iter().any(|c| c.type_ == t));
         let was_true = |t: &str| old.is_some_and(|s| is_true(s, t));
         if !was(condition::CREATED) && new.conditions.iter().any(|c| c.type_ == condition::CREATED)
@@ -158,12 +174,17 @@ mod tests {
         );
         m.record_transition("ns", Some(&created), &s);
         m.record_transition("ns", Some(&s), &s);
+        m.record_deleted("ns");
         let text = encode(&registry);
+        assert!(
+            text.contains(r#"training_operator_jobs_deleted_total{job_namespace="ns",framework="tensorflow"} 1"#),
+            "{text}"
+        );
         assert!(
             text.contains(r#"training_operator_jobs_created_total{job_namespace="ns",framework="tensorflow"} 1"#),
             "{text}"
         );
         assert!(text.contains(r#"training_operator_jobs_successful_total{job_namespace="ns",framework="tensorflow"} 1"#));
-        assert!(text.contains(r#"training_operator_job_duration_seconds_sum{job_namespace="ns",result="succeeded"} 30.0"#), "{text}");
+        assert!(text.contains(r#"tfjob_operator_job_duration_seconds_sum{job_namespace="ns",result="succeeded"} 30.0"#), "{text}");
     }
 }

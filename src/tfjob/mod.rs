@@ -4,6 +4,7 @@
 //! shared engine under `pkg/controller.v1/common`, with its known bugs fixed
 //! (see `docs/` and the README).
 
+pub mod abnormal;
 pub mod bookkeeping;
 pub mod children;
 pub mod conditions;

@@ -20,6 +20,7 @@
 //! - on a deadline or backoff failure only unfinished Pods are stopped
 //!   (Kubeflow deletes every Pod, losing the logs of finished ones);
 //! - a bad spec is a `Failed` condition and a Warning event, not a retry loop.
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +35,7 @@ use crate::api::{
     CleanPodPolicy, ReplicaStatus, ReplicaType, RestartPolicy, SuccessPolicy, TFJob, TFJobStatus,
 };
 
+use super::abnormal::{Abnormal, abnormal};
 use super::bookkeeping::Bookkeeping;
 use super::children::{ChildContext, owner_reference, replica_of};
 use super::conditions::{self, is_finished, is_true};
@@ -61,6 +63,9 @@ pub struct PlanConfig {
     pub cluster_domain: Option<String>,
     /// The installed CRD's status schema: what the API server keeps.
     pub status_schema: StatusSchema,
+    /// Force-delete a disrupted Pod still terminating this long after its
+    /// grace period ended (its node is gone); `None`: never.
+    pub force_delete_stuck_after: Option<Duration>,
 }
 
 /// One API write the plan asks for.
@@ -72,6 +77,8 @@ pub enum Action {
     DeletePod {
         name: String,
         uid: Option<String>,
+        /// Grace period 0: the Pod's kubelet is gone ([`stuck_on_lost_node`]).
+        force: bool,
     },
     CreateService(Box<Service>),
     DeleteService {
@@ -85,7 +92,8 @@ pub enum Action {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedEvent {
     pub warning: bool,
-    pub reason: &'static str,
+    /// Ours are constants; a Pod's own reasons (`ImagePullBackOff`, …) are not.
+    pub reason: Cow<'static, str>,
     pub message: String,
 }
 
@@ -105,10 +113,10 @@ pub struct Plan {
 }
 
 impl Plan {
-    fn event(&mut self, warning: bool, reason: &'static str, message: String) {
+    fn event(&mut self, warning: bool, reason: impl Into<Cow<'static, str>>, message: String) {
         self.events.push(PlannedEvent {
             warning,
-            reason,
+            reason: reason.into(),
             message,
         });
     }
@@ -188,6 +196,17 @@ fn plan_into(
             msg,
             &now,
         );
+        if job.spec.run_policy.scheduling_policy.is_some() {
+            p.event(
+                true,
+                event::SCHEDULING_POLICY_IGNORED,
+                "spec.runPolicy.schedulingPolicy is not honoured: this operator does no gang scheduling \
+                 (minAvailable, queue, minResources, scheduleTimeoutSeconds and priorityClass are ignored). \
+                 Queue the job with Kueue instead (label kueue.x-k8s.io/queue-name), and set \
+                 priorityClassName in the replica templates."
+                    .to_owned(),
+            );
+        }
     }
 
     let spec = match normalize(name, &job.spec) {
@@ -220,10 +239,13 @@ fn plan_into(
         cluster_domain: cfg.cluster_domain.as_deref(),
     };
     let children = Children::group(obs.pods, obs.services);
+    if let Some(wait) = cfg.force_delete_stuck_after {
+        force_delete_stuck(p, &children, obs.now, wait);
+    }
 
     if is_finished(&p.status) {
         let stop = books.stop_unfinished;
-        finish(p, &spec, &children, obs.now, stop);
+        finish(p, &spec, &children, obs.now, stop, true);
         return;
     }
     if spec.suspend {
@@ -272,7 +294,7 @@ fn plan_into(
             let msg =
                 format!("Job {name} has failed because it has reached the specified backoff limit");
             fail(p, msg, &now);
-            finish(p, &spec, &children, obs.now, true);
+            finish(p, &spec, &children, obs.now, true, false);
             return;
         }
     }
@@ -286,7 +308,7 @@ fn plan_into(
                 "Job {name} has failed because it was active longer than specified deadline"
             );
             fail(p, msg, &now);
-            finish(p, &spec, &children, obs.now, true);
+            finish(p, &spec, &children, obs.now, true, false);
             return;
         }
         p.requeue_in(duration_between(obs.now, ends));
@@ -298,6 +320,7 @@ fn plan_into(
         p.actions.push(Action::DeletePod {
             name: retry.pod.clone(),
             uid: retry.uid.clone(),
+            force: false,
         });
         p.event(
             false,
@@ -323,9 +346,13 @@ fn plan_into(
             );
         }
     }
+    for (reason, message) in &tally.abnormal {
+        p.event(true, reason.clone(), message.clone());
+    }
     update_conditions(p, &spec, &tally, name, namespace, &now);
+    explain_unscheduled(p, &tally, name);
     if is_finished(&p.status) {
-        finish(p, &spec, &children, obs.now, false);
+        finish(p, &spec, &children, obs.now, false, false);
         return;
     }
 
@@ -459,10 +486,45 @@ fn disrupted(pod: &Pod) -> bool {
             .any(|c| c.type_ == "DisruptionTarget" && c.status == "True")
 }
 
+/// When a Pod on a lost node may be force-deleted: it was disrupted (the
+/// taint manager evicts Pods from a node that stopped responding, adding
+/// `DisruptionTarget`), and it is still there `wait` after its grace period
+/// ended, because no kubelet is left to confirm it stopped. `None`: not
+/// such a Pod; `Some(0)`: now; `Some(d)`: in `d`.
+///
+/// Without this a job hangs in Restarting forever (Kubeflow #2072): the
+/// terminating Pod holds its slot. Kubernetes' Pod GC force-deletes such Pods
+/// only once an admin taints the node out-of-service; we wait a bounded time
+/// instead, and only for Pods already evicted for being unreachable.
+pub fn stuck_on_lost_node(pod: &Pod, now: Timestamp, wait: Duration) -> Option<Duration> {
+    let deleted_at = pod.metadata.deletion_timestamp.as_ref()?.0;
+    if !disrupted(pod) {
+        return None;
+    }
+    let wait = jiff::SignedDuration::try_from(wait).unwrap_or(jiff::SignedDuration::MAX);
+    let due = deleted_at.saturating_add(wait).unwrap_or(deleted_at);
+    Some(duration_between(now, due))
+}
+
+fn force_delete_stuck(p: &mut Plan, children: &Children<'_>, now: Timestamp, wait: Duration) {
+    for pod in children.pods.values().flatten() {
+        match stuck_on_lost_node(pod, now, wait) {
+            Some(left) if left.is_zero() => p.actions.push(Action::DeletePod {
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                uid: pod.metadata.uid.clone(),
+                force: true,
+            }),
+            Some(left) => p.requeue_in(left),
+            None => {}
+        }
+    }
+}
+
 fn delete_pod(pod: &Pod) -> Action {
     Action::DeletePod {
         name: pod.metadata.name.clone().unwrap_or_default(),
         uid: pod.metadata.uid.clone(),
+        force: false,
     }
 }
 
@@ -492,6 +554,8 @@ struct Tally {
     failed: Vec<(ReplicaType, i32)>,
     /// Non-retryable exits: `(pod, exit code)`, for `ExitedWithCode`.
     exits: Vec<(String, i32)>,
+    /// Why live Pods are stuck ([`super::abnormal`]).
+    abnormal: Vec<Abnormal>,
 }
 
 impl Tally {
@@ -508,6 +572,7 @@ impl Tally {
             worker0_succeeded: false,
             failed: Vec::new(),
             exits: Vec::new(),
+            abnormal: Vec::new(),
         };
         for (&rtype, replica) in &spec.replicas {
             let mut succeeded_set = books.succeeded(rtype.as_str());
@@ -533,6 +598,9 @@ impl Tally {
                     }
                     continue;
                 };
+                if matches!(phase(pod), "Running" | "Pending") {
+                    t.abnormal.extend(abnormal(pod));
+                }
                 match phase(pod) {
                     "Running" => {
                         rs.active += 1;
@@ -672,17 +740,52 @@ fn update_conditions(
     }
 }
 
+/// Beyond Kubeflow (#999): a job that is not running yet because its Pods
+/// cannot be scheduled says so in its `Created` condition's message (type
+/// and reason stay Kubeflow's), instead of sitting in `Created` with no
+/// clue; the message goes back to plain once nothing is unschedulable.
+fn explain_unscheduled(p: &mut Plan, t: &Tally, name: &str) {
+    let started = is_true(&p.status, condition::RUNNING) || is_finished(&p.status);
+    let unschedulable: Vec<&String> = t
+        .abnormal
+        .iter()
+        .filter(|(reason, _)| reason == "Unschedulable" && !started)
+        .map(|(_, message)| message)
+        .collect();
+    let message = match unschedulable.first() {
+        Some(first) => format!(
+            "TFJob {name} is created. {} Pod(s) cannot be scheduled; first: {first}",
+            unschedulable.len()
+        ),
+        None => format!("TFJob {name} is created."),
+    };
+    if let Some(created) = p
+        .status
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == condition::CREATED)
+    {
+        created.message = Some(message);
+    }
+}
+
 /// A finished job: clean up as `cleanPodPolicy` says and honour the TTL.
 /// `stop_unfinished` (deadline or backoff failure) stops running and pending
 /// Pods whatever the policy, but keeps finished ones for their logs; it is
 /// remembered, so a stop that failed is retried on every pass until the
 /// Pods are gone, and `active` shows how many still run meanwhile.
+///
+/// `finished_before`: the job was already finished when this pass began.
+/// Only then may the TTL delete it: a job that finishes in this pass must
+/// first have that written (and counted in the job metrics), so with
+/// `ttlSecondsAfterFinished: 0` it is deleted on the next pass, at once.
 fn finish(
     p: &mut Plan,
     spec: &JobSpec,
     children: &Children<'_>,
     now: Timestamp,
     stop_unfinished: bool,
+    finished_before: bool,
 ) {
     let policy = match (spec.clean_pod_policy, stop_unfinished) {
         (CleanPodPolicy::All, _) => CleanPodPolicy::All,
@@ -730,7 +833,7 @@ fn finish(
             .0
             .saturating_add(jiff::SignedDuration::from_secs(i64::from(ttl)))
             .unwrap_or(done.0);
-        if now >= expires {
+        if now >= expires && finished_before {
             p.actions.push(Action::DeleteJob);
         } else {
             p.requeue_in(duration_between(now, expires));

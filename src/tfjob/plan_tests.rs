@@ -1019,3 +1019,178 @@ fn exited_with_code_is_recorded_once_for_a_permanent_failure() {
     assert_eq!(exited(&p), 1);
     assert_eq!(exited(&w.plan()), 0, "not again on later passes");
 }
+
+#[test]
+fn a_scheduling_policy_gets_one_warning_saying_it_is_ignored() {
+    let mut job = TfJobFixture::new("j").workers(1).uid("uid-1").build();
+    job.spec.run_policy.scheduling_policy = Some(Default::default());
+    let w = World {
+        job,
+        pods: Vec::new(),
+        services: Vec::new(),
+        schema: StatusSchema::Ours,
+    };
+    let warned = |p: &Plan| {
+        p.events
+            .iter()
+            .filter(|e| e.reason == "SchedulingPolicyIgnored" && e.warning)
+            .count()
+    };
+    let (w, p) = w.settle();
+    assert_eq!(warned(&p), 1);
+    assert_eq!(warned(&w.plan()), 0, "once, when the job is first seen");
+}
+
+#[test]
+fn a_pending_pod_that_cannot_pull_its_image_is_reported_on_the_job() {
+    let mut w = World::new(TfJobFixture::new("j").workers(1))
+        .pod(Worker, 0, "Pending", None)
+        .with_services();
+    let mut pod = (*w.pods[0]).clone();
+    pod.status.as_mut().unwrap().container_statuses = Some(vec![ContainerStatus {
+        name: "tensorflow".into(),
+        state: Some(ContainerState {
+            waiting: Some(k8s_openapi::api::core::v1::ContainerStateWaiting {
+                reason: Some("ErrImagePull".into()),
+                message: Some("pull access denied".into()),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }]);
+    w.pods[0] = Arc::new(pod);
+    let p = w.plan();
+    assert!(
+        p.events.iter().any(|e| e.warning
+            && e.reason == "ErrImagePull"
+            && e.message.contains("pull access denied")),
+        "{:?}",
+        p.events
+    );
+}
+
+#[test]
+fn a_disrupted_pod_stuck_terminating_on_a_lost_node_is_force_deleted_after_the_wait() {
+    let mut w = World::new(
+        TfJobFixture::new("j")
+            .workers(2)
+            .restart_policy(RestartPolicy::OnFailure),
+    )
+    .running(Worker, 0)
+    .running(Worker, 1)
+    .with_services();
+    let mut pod = (*w.pods[1]).clone();
+    pod.metadata.deletion_timestamp = Some(Time(at(NOW - 100)));
+    pod.status.as_mut().unwrap().conditions = Some(vec![PodCondition {
+        type_: "DisruptionTarget".into(),
+        status: "True".into(),
+        reason: Some("DeletionByTaintManager".into()),
+        ..Default::default()
+    }]);
+    w.pods[1] = Arc::new(pod);
+    let plan_with = |wait: Option<u64>| {
+        plan(
+            &Observed {
+                job: &w.job,
+                pods: &w.pods,
+                services: &w.services,
+                now: at(NOW),
+            },
+            &PlanConfig {
+                force_delete_stuck_after: wait.map(Duration::from_secs),
+                ..PlanConfig::default()
+            },
+        )
+    };
+    let forced = |p: &Plan| {
+        p.actions.iter().any(
+            |a| matches!(a, Action::DeletePod { name, force: true, .. } if name == "j-worker-1"),
+        )
+    };
+    // Off: the slot stays held (Kubeflow #2072's hang).
+    assert!(!forced(&plan_with(None)));
+    // 100 s after the grace period with a 300 s wait: not yet, look again in 200 s.
+    let early = plan_with(Some(300));
+    assert!(!forced(&early));
+    assert_eq!(early.requeue_after, Some(Duration::from_secs(200)));
+    // With a 60 s wait: now.
+    assert!(forced(&plan_with(Some(60))));
+}
+
+#[test]
+fn a_pod_being_deleted_normally_is_never_force_deleted() {
+    let mut w = World::new(TfJobFixture::new("j").workers(1))
+        .running(Worker, 0)
+        .with_services();
+    let mut pod = (*w.pods[0]).clone();
+    pod.metadata.deletion_timestamp = Some(Time(at(NOW - 10_000)));
+    w.pods[0] = Arc::new(pod);
+    let p = plan(
+        &Observed {
+            job: &w.job,
+            pods: &w.pods,
+            services: &w.services,
+            now: at(NOW),
+        },
+        &PlanConfig {
+            force_delete_stuck_after: Some(Duration::from_secs(1)),
+            ..PlanConfig::default()
+        },
+    );
+    assert!(
+        !p.actions
+            .iter()
+            .any(|a| matches!(a, Action::DeletePod { force: true, .. }))
+    );
+}
+
+#[test]
+fn with_a_ttl_of_zero_success_is_written_before_the_job_is_deleted() {
+    let w = World::new(
+        TfJobFixture::new("j")
+            .chief(1)
+            .ttl_seconds_after_finished(0),
+    )
+    .pod(Chief, 0, "Succeeded", Some(0))
+    .with_services();
+    let (w, p) = w.settle();
+    assert_eq!(last_condition(&p).0, "Succeeded");
+    assert!(
+        !p.actions.contains(&Action::DeleteJob),
+        "the success must be written (and counted) first"
+    );
+    assert_eq!(p.requeue_after, Some(Duration::ZERO));
+    assert!(w.plan().actions.contains(&Action::DeleteJob));
+}
+
+#[test]
+fn a_job_whose_pods_cannot_be_scheduled_says_so_in_its_created_condition() {
+    let mut w = World::new(TfJobFixture::new("j").workers(1))
+        .pod(Worker, 0, "Pending", None)
+        .with_services();
+    let mut pod = (*w.pods[0]).clone();
+    pod.status.as_mut().unwrap().conditions = Some(vec![PodCondition {
+        type_: "PodScheduled".into(),
+        status: "False".into(),
+        reason: Some("Unschedulable".into()),
+        message: Some("0/4 nodes are available: 4 Insufficient nvidia.com/gpu.".into()),
+        ..Default::default()
+    }]);
+    w.pods[0] = Arc::new(pod);
+    let created = |p: &Plan| {
+        p.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Created")
+            .and_then(|c| c.message.clone())
+            .unwrap_or_default()
+    };
+    let (w, p) = w.settle();
+    let msg = created(&p);
+    assert!(msg.contains("1 Pod(s) cannot be scheduled"), "{msg}");
+    assert!(msg.contains("Insufficient nvidia.com/gpu"), "{msg}");
+    assert_eq!(last_condition(&p), ("Created", "True", "TFJobCreated"));
+    // Scheduled and running: the message is plain again.
+    let p = w.incarnation(Worker, 0, 1, "Running", None).plan();
+    assert_eq!(created(&p), "TFJob j is created.");
+}

@@ -169,7 +169,7 @@ impl TfJobReconciler {
             self.recorder.publish(
                 job.as_ref(),
                 event_type(e.warning),
-                e.reason,
+                &e.reason,
                 e.message.clone(),
             );
         }
@@ -212,7 +212,7 @@ impl TfJobReconciler {
                 candidates.push(obj);
             }
         }
-        let claimed = claim(uid, &child_selector(name), candidates);
+        let claimed = claim(&job.metadata, &child_selector(name), candidates);
         let mut owned = claimed.owned;
         if claimed.adopt.is_empty() && claimed.release.is_empty() {
             return Ok(owned);
@@ -359,15 +359,26 @@ impl TfJobReconciler {
                 self.create_child(key, job, services, svc, "service", reasons)
                     .await
             }
-            Action::DeletePod { name, uid } => {
+            Action::DeletePod { name, uid, force } => {
                 let params = DeleteParams {
                     preconditions: uid.clone().map(|uid| Preconditions {
                         uid: Some(uid),
                         resource_version: None,
                     }),
+                    grace_period_seconds: force.then_some(0),
                     ..DeleteParams::default()
                 };
                 match pods.delete(name, &params).await {
+                    Ok(_) if *force => {
+                        self.recorder.warning(
+                            job,
+                            event::FORCE_DELETED_POD,
+                            format!(
+                                "Force-deleted pod: {name} (disrupted, and still terminating after its grace period: its node stopped responding)"
+                            ),
+                        );
+                        Ok(())
+                    }
                     Ok(_) => {
                         self.recorder.normal(
                             job,
@@ -429,6 +440,8 @@ impl TfJobReconciler {
                 };
                 match jobs.delete(&name, &params).await {
                     Ok(_) => {
+                        self.metrics
+                            .record_deleted(job.metadata.namespace.as_deref().unwrap_or_default());
                         self.recorder.normal(
                             job,
                             event::SUCCESSFUL_DELETE_JOB,

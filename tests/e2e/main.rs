@@ -19,11 +19,17 @@
 
 mod support;
 
+mod example_controller;
 mod examples;
 mod helm;
 mod informer;
+mod kubeflow_crd;
+mod kueue;
+mod lost_node;
 mod manager;
+mod observability;
 mod operator;
+mod prometheus;
 mod protobuf;
 mod sdk;
 mod smoke;

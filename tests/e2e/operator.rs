@@ -4,7 +4,10 @@
 //! other's jobs. Dropping an [`Operator`] kills its process.
 //!
 //! Also installs the CRD (once per test binary) from `crds/`, exactly as a
-//! user would: `kubectl apply -f crds/`.
+//! user would: `kubectl apply -f crds/`. With `TFJOB_E2E_CRD=kubeflow` it
+//! installs Kubeflow's own TFJob CRD instead (the file named by
+//! `TFJOB_E2E_KUBEFLOW_CRD`, which `e2e/run-suite.sh` reads from the Go module
+//! cache): what a user who keeps Kubeflow's CRD (`crd.install=false`) runs.
 #![allow(dead_code)] // Each test module uses a different subset.
 
 use std::io::{Read, Write};
@@ -22,27 +25,98 @@ use crate::support::{cluster_dir, kubectl, run_ok, wait_until};
 
 static CRD_INSTALLED: OnceCell<()> = OnceCell::const_new();
 
-/// Applies `crds/kubeflow.org_tfjobs.yaml` (once) and waits until it is Established.
+/// Which TFJob CRD the suite runs under (`TFJOB_E2E_CRD`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrdFlavor {
+    /// Ours, `crds/kubeflow.org_tfjobs.yaml`: full status schema, CEL validation.
+    Ours,
+    /// Kubeflow training-operator's: a smaller status schema (the API server
+    /// prunes our extra status fields) and no validation of the replica specs.
+    Kubeflow,
+}
+
+/// `TFJOB_E2E_CRD=kubeflow` selects Kubeflow's CRD; unset or `ours`, ours.
+pub fn crd_flavor() -> CrdFlavor {
+    match std::env::var("TFJOB_E2E_CRD").as_deref() {
+        Ok("kubeflow") => CrdFlavor::Kubeflow,
+        Ok("") | Ok("ours") | Err(_) => CrdFlavor::Ours,
+        Ok(other) => panic!("TFJOB_E2E_CRD={other}: expected `ours` or `kubeflow`"),
+    }
+}
+
+/// The CRD file to install: ours from the repo, or Kubeflow's from
+/// `TFJOB_E2E_KUBEFLOW_CRD` (set by `e2e/run-suite.sh`).
+fn crd_file() -> PathBuf {
+    match crd_flavor() {
+        CrdFlavor::Ours => {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/kubeflow.org_tfjobs.yaml")
+        }
+        CrdFlavor::Kubeflow => std::env::var_os("TFJOB_E2E_KUBEFLOW_CRD")
+            .map(PathBuf::from)
+            .filter(|p| p.is_file())
+            .unwrap_or_else(|| {
+                panic!(
+                    "TFJOB_E2E_CRD=kubeflow needs TFJOB_E2E_KUBEFLOW_CRD naming Kubeflow's CRD file \
+                     (run `make e2e-kubeflow-crd`)"
+                )
+            }),
+    }
+}
+
+/// The property names of the status schema of a CRD's first version.
+fn status_properties(crd: &CustomResourceDefinition) -> Vec<String> {
+    let mut names: Vec<String> = crd
+        .spec
+        .versions
+        .first()
+        .and_then(|v| v.schema.as_ref())
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .and_then(|s| s.properties.as_ref())
+        .and_then(|p| p.get("status"))
+        .and_then(|s| s.properties.as_ref())
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Applies the CRD of [`crd_flavor`] (once) and waits until it is Established.
+/// Under Kubeflow's CRD it also checks that the stored status schema is
+/// exactly Kubeflow's: a CRD that server-side apply merged with fields
+/// another manager (Helm) still owns would not be the CRD users run.
 pub async fn ensure_crd(client: &Client) {
     CRD_INSTALLED
         .get_or_init(|| async {
-            let crd = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/kubeflow.org_tfjobs.yaml");
-            run_ok(kubectl().args(["apply", "--server-side", "--force-conflicts", "-f", crd]));
+            let file = crd_file();
+            run_ok(kubectl().args(["apply", "--server-side", "--force-conflicts", "-f"]).arg(&file));
             let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-            wait_until(
+            let stored = wait_until(
                 "the TFJob CRD to be Established",
                 Duration::from_secs(30),
                 || async {
                     let crd = crds.get_opt("tfjobs.kubeflow.org").await.ok().flatten()?;
                     let established = crd
-                        .status?
-                        .conditions?
+                        .status
+                        .as_ref()?
+                        .conditions
+                        .as_ref()?
                         .iter()
                         .any(|c| c.type_ == "Established" && c.status == "True");
-                    established.then_some(())
+                    established.then_some(crd)
                 },
             )
             .await;
+            if crd_flavor() == CrdFlavor::Kubeflow {
+                let text = std::fs::read_to_string(&file).expect("the Kubeflow CRD file");
+                let wanted: CustomResourceDefinition =
+                    serde_yaml::from_str(&text).expect("Kubeflow's CRD parses");
+                assert_eq!(
+                    status_properties(&stored),
+                    status_properties(&wanted),
+                    "the installed TFJob CRD is not Kubeflow's (another field manager keeps ours?): \
+                     e2e/run-suite.sh deletes it before installing Kubeflow's"
+                );
+            }
         })
         .await;
 }

@@ -839,7 +839,7 @@ async fn job_metrics_count_each_job_once_even_across_operator_restarts() {
         "the restarted operator re-counted the job as created:\n{metrics}"
     );
     assert!(
-        metrics.contains("training_operator_job_duration_seconds_count"),
+        metrics.contains("tfjob_operator_job_duration_seconds_count"),
         "{metrics}"
     );
 }

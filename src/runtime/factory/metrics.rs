@@ -60,18 +60,18 @@ impl Collector for InformerCollector {
         let values = (self.source)();
         let counters: [(&str, &str, CounterPick); 3] = [
             (
-                "informer_lists",
+                "tfjob_operator_informer_lists",
                 "Completed (re)lists of the informer's reflector, streaming or paginated",
                 |s| s.lists,
             ),
             (
-                "informer_watches",
+                "tfjob_operator_informer_watches",
                 "Watches opened by the informer's reflector",
                 |s| s.watches,
             ),
             (
-                "informer_decode_failures",
-                "Objects that failed to decode and were skipped",
+                "tfjob_operator_informer_decode_failures",
+                "Objects from lists and watches that failed to decode (the cache kept its last good copy; an undecodable delete still deleted by key)",
                 |s| s.decode_failures,
             ),
         ];
@@ -83,17 +83,17 @@ impl Collector for InformerCollector {
         }
         let gauges: [(&str, &str, GaugePick); 3] = [
             (
-                "informer_last_sync_resource_version",
+                "tfjob_operator_informer_last_sync_resource_version",
                 "The resourceVersion the informer's cache is synced to (0: unknown)",
                 |s| s.last_sync_resource_version,
             ),
             (
-                "informer_cached_objects",
+                "tfjob_operator_informer_cached_objects",
                 "Objects in the informer's cache",
                 |s| s.cached_objects,
             ),
             (
-                "informer_synced",
+                "tfjob_operator_informer_synced",
                 "1 once the informer's first list has been delivered",
                 |s| i64::from(s.synced),
             ),

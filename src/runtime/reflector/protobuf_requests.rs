@@ -3,17 +3,19 @@
 //!
 //! Same contract as the JSON path: items come out undecoded (as slices of the
 //! response), an error answer becomes `kube::Error::Api`, a watch connection
-//! cut mid-frame ends the stream like a close.
+//! cut mid-frame ends the stream like a close, and a frame longer than
+//! `framing::MAX_FRAME_BYTES` ends it with an error.
 use std::io;
 
 use bytes::Bytes;
-use futures::io::{AsyncBufRead, AsyncReadExt};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use http::header::{ACCEPT, HeaderValue};
 use http_body_util::BodyExt;
 use kube::core::{Status, WatchEvent};
 
-use super::list_watch::{RawList, RawWatchStream, json_events, parse_list_body};
+use super::framing::{
+    MAX_FRAME_BYTES, RawList, RawWatchStream, json_events, parse_list_body, read_frame,
+};
 use super::raw::RawObject;
 use crate::runtime::protobuf::{self, Message};
 
@@ -112,11 +114,13 @@ pub async fn watch(
         // A server or proxy that cannot stream protobuf answers JSON lines.
         return Ok(json_events(reader));
     }
-    let frames = stream::unfold(Box::pin(reader), |mut reader| async move {
-        match read_frame(&mut reader).await {
-            Ok(Some(frame)) => Some((Ok(frame), reader)),
+    let frames = stream::unfold(Some(Box::pin(reader)), |reader| async move {
+        let mut reader = reader?;
+        match read_frame(&mut reader, MAX_FRAME_BYTES).await {
+            Ok(Some(frame)) => Some((Ok(frame), Some(reader))),
             Ok(None) => None,
-            Err(e) => Some((Err(e), reader)),
+            // Out of step with the framing (or cut): nothing after can be read.
+            Err(e) => Some((Err(e), None)),
         }
     });
     Ok(frames
@@ -130,19 +134,6 @@ pub async fn watch(
             }
         })
         .boxed())
-}
-
-/// The next frame, or `None` at a clean end of the stream.
-async fn read_frame<R: AsyncBufRead + Unpin>(reader: &mut R) -> io::Result<Option<Bytes>> {
-    let mut len = [0u8; 4];
-    match reader.read(&mut len[..1]).await? {
-        0 => return Ok(None),
-        _ => reader.read_exact(&mut len[1..]).await?,
-    }
-    let len = u32::from_be_bytes(len) as usize;
-    let mut frame = vec![0; len];
-    reader.read_exact(&mut frame).await?;
-    Ok(Some(Bytes::from(frame)))
 }
 
 /// The object of a bookmark, as much as a bookmark carries.

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
+use crate::runtime::ObjectKey;
 use crate::runtime::protobuf::{self, Message};
 
 /// One object, undecoded.
@@ -89,11 +90,17 @@ impl RawObject {
         }
     }
 
-    /// `metadata.name`, for log lines about an object that failed to decode.
-    pub fn name(&self) -> String {
-        self.identity()
-            .and_then(|id| id.name.map(Cow::into_owned))
-            .unwrap_or_else(|| "<unnamed>".to_owned())
+    /// The object's key (`namespace/name`) read from its metadata alone, so
+    /// an object whose body does not decode can still be named; `None` when
+    /// even the metadata is unreadable or has no name.
+    pub fn key(&self) -> Option<ObjectKey> {
+        let id = self.identity()?;
+        Some(ObjectKey::new(id.namespace.as_deref(), id.name.as_deref()?))
+    }
+
+    /// The object's resourceVersion, read from its metadata alone.
+    pub fn resource_version(&self) -> Option<String> {
+        self.identity()?.resource_version.map(Cow::into_owned)
     }
 
     /// The JSON text, if this came as JSON.

@@ -151,6 +151,25 @@ pub fn broken_cm_json(name: &str) -> RawObject {
     }))
 }
 
+/// Like [`broken_cm_json`], at resourceVersion `rv`.
+pub fn broken_cm_json_at(name: &str, rv: &str) -> RawObject {
+    raw(&json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv},
+        "data": 42,
+    }))
+}
+
+/// A ConfigMap whose metadata itself does not decode: no key can be read.
+pub fn nameless_broken_cm_json() -> RawObject {
+    raw(&json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": 7, "namespace": "ns", "resourceVersion": "9"},
+    }))
+}
+
 pub fn page(items: Vec<RawObject>, rv: &str, continue_token: Option<&str>) -> RawList {
     RawList {
         items,

@@ -2,7 +2,10 @@
 //!
 //! Mirrors client-go `util/workqueue/metrics.go` and the names controller-runtime
 //! registers in `pkg/metrics/workqueue.go`, so dashboards written for Go
-//! controllers work unchanged: every series is labelled `name=<queue>`.
+//! controllers work unchanged: every series is labelled `controller` and
+//! `name` (both the queue's name, as controller-runtime's provider sets them),
+//! and `workqueue_depth` also `priority=""` (controller-runtime's priority
+//! queue; ours has none, and Prometheus drops empty labels on ingestion).
 //!
 //! client-go refreshes `unfinished_work_seconds` and
 //! `longest_running_processor_seconds` from a goroutine every 500 ms; we compute
@@ -28,10 +31,19 @@ use tokio::time::Instant;
 
 use crate::runtime::metrics::SharedRegistry;
 
-/// The one label every workqueue series carries.
+/// The labels every workqueue series carries.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabels {
+    pub controller: String,
     pub name: String,
+}
+
+/// `workqueue_depth`'s labels: controller-runtime splits depth by priority.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DepthLabels {
+    pub controller: String,
+    pub name: String,
+    pub priority: String,
 }
 
 type HistogramFamily = Family<QueueLabels, Histogram, fn() -> Histogram>;
@@ -44,7 +56,7 @@ fn duration_histogram() -> Histogram {
 /// The workqueue metric families of one registry, shared by all its queues.
 #[derive(Clone)]
 pub struct WorkqueueMetrics {
-    depth: Family<QueueLabels, Gauge>,
+    depth: Family<DepthLabels, Gauge>,
     adds: Family<QueueLabels, Counter>,
     queue_duration: HistogramFamily,
     work_duration: HistogramFamily,
@@ -67,7 +79,7 @@ impl WorkqueueMetrics {
             };
             r.register(
                 "workqueue_depth",
-                "Current depth of workqueue",
+                "Current depth of workqueue by workqueue and priority",
                 m.depth.clone(),
             );
             // prometheus-client appends `_total` to counters itself.
@@ -99,10 +111,16 @@ impl WorkqueueMetrics {
     /// Handles for the queue called `name`.
     pub fn queue(&self, name: &str) -> QueueMetrics {
         let labels = QueueLabels {
+            controller: name.to_owned(),
             name: name.to_owned(),
         };
+        let depth = DepthLabels {
+            controller: name.to_owned(),
+            name: name.to_owned(),
+            priority: String::new(),
+        };
         QueueMetrics {
-            depth: self.depth.get_or_create(&labels).clone(),
+            depth: self.depth.get_or_create(&depth).clone(),
             adds: self.adds.get_or_create(&labels).clone(),
             queue_duration: self.queue_duration.get_or_create(&labels).clone(),
             work_duration: self.work_duration.get_or_create(&labels).clone(),
@@ -264,9 +282,12 @@ mod tests {
         b.added();
         let text = encode(&registry);
         assert_eq!(text.matches("# TYPE workqueue_depth gauge").count(), 1);
-        assert!(text.contains("workqueue_depth{name=\"a\"} 1"), "{text}");
         assert!(
-            text.contains("workqueue_adds_total{name=\"b\"} 2"),
+            text.contains("workqueue_depth{controller=\"a\",name=\"a\",priority=\"\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("workqueue_adds_total{controller=\"b\",name=\"b\"} 2"),
             "{text}"
         );
     }
@@ -305,7 +326,7 @@ mod tests {
         let two = new_registry();
         WorkqueueMetrics::register(&one).queue("q").added();
         WorkqueueMetrics::register(&two).queue("q");
-        assert!(encode(&one).contains("workqueue_adds_total{name=\"q\"} 1"));
-        assert!(encode(&two).contains("workqueue_adds_total{name=\"q\"} 0"));
+        assert!(encode(&one).contains("workqueue_adds_total{controller=\"q\",name=\"q\"} 1"));
+        assert!(encode(&two).contains("workqueue_adds_total{controller=\"q\",name=\"q\"} 0"));
     }
 }

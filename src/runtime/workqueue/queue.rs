@@ -927,33 +927,43 @@ mod tests {
         tokio::time::advance(Duration::from_secs(3)).await;
         let text = encode(&registry);
         assert!(
-            text.contains("workqueue_depth{name=\"test\"} 1\n"),
+            text.contains("workqueue_depth{controller=\"test\",name=\"test\",priority=\"\"} 1\n"),
             "{text}"
         );
         assert!(
-            text.contains("workqueue_adds_total{name=\"test\"} 2\n"),
+            text.contains("workqueue_adds_total{controller=\"test\",name=\"test\"} 2\n"),
             "{text}"
         );
         assert!(
-            text.contains("workqueue_queue_duration_seconds_count{name=\"test\"} 1\n"),
+            text.contains(
+                "workqueue_queue_duration_seconds_count{controller=\"test\",name=\"test\"} 1\n"
+            ),
             "{text}"
         );
         assert!(
-            text.contains("workqueue_unfinished_work_seconds{name=\"test\"} 3.0"),
+            text.contains(
+                "workqueue_unfinished_work_seconds{controller=\"test\",name=\"test\"} 3.0"
+            ),
             "{text}"
         );
         assert!(
-            text.contains("workqueue_longest_running_processor_seconds{name=\"test\"} 3.0"),
+            text.contains(
+                "workqueue_longest_running_processor_seconds{controller=\"test\",name=\"test\"} 3.0"
+            ),
             "{text}"
         );
         q.done(&"a");
         let text = encode(&registry);
         assert!(
-            text.contains("workqueue_work_duration_seconds_sum{name=\"test\"} 3.0"),
+            text.contains(
+                "workqueue_work_duration_seconds_sum{controller=\"test\",name=\"test\"} 3.0"
+            ),
             "{text}"
         );
         assert!(
-            text.contains("workqueue_unfinished_work_seconds{name=\"test\"} 0.0"),
+            text.contains(
+                "workqueue_unfinished_work_seconds{controller=\"test\",name=\"test\"} 0.0"
+            ),
             "{text}"
         );
         assert_eq!(a, Some("a"));
@@ -970,9 +980,12 @@ mod tests {
         let _ = q.get().await;
         q.done(&1);
         let text = encode(&registry);
-        assert!(text.contains("workqueue_depth{name=\"d\"} 0\n"), "{text}");
         assert!(
-            text.contains("workqueue_adds_total{name=\"d\"} 2\n"),
+            text.contains("workqueue_depth{controller=\"d\",name=\"d\",priority=\"\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("workqueue_adds_total{controller=\"d\",name=\"d\"} 2\n"),
             "{text}"
         );
     }

@@ -200,7 +200,10 @@ mod tests {
         );
         q.add_rate_limited("a".to_owned());
         q.add_rate_limited("a".to_owned());
-        assert!(encode(&registry).contains("workqueue_retries_total{name=\"tfjob\"} 2\n"));
+        assert!(
+            encode(&registry)
+                .contains("workqueue_retries_total{controller=\"tfjob\",name=\"tfjob\"} 2\n")
+        );
         q.shut_down();
     }
 

@@ -1,0 +1,176 @@
+//! Flag values spelled as controller-runtime operators spell them.
+//!
+//! - Bind addresses as in `metricsserver.Options.BindAddress` and
+//!   `manager.Options.HealthProbeBindAddress`: `:8080` (every interface),
+//!   `host:port`, `[::1]:8080`, and `0` to switch the server off.
+//! - The leader-election namespace defaults as in controller-runtime's
+//!   `leaderelection` package: the Pod's own namespace, read from the
+//!   ServiceAccount mount.
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
+use std::str::FromStr;
+
+/// Where the in-cluster ServiceAccount mount keeps the Pod's namespace.
+pub const SERVICE_ACCOUNT_NAMESPACE: &str =
+    "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// A server's bind address, or off (`0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindAddress {
+    Off,
+    At(SocketAddr),
+}
+
+impl BindAddress {
+    /// The address to bind, `None` when off.
+    pub fn addr(self) -> Option<SocketAddr> {
+        match self {
+            Self::Off => None,
+            Self::At(addr) => Some(addr),
+        }
+    }
+}
+
+impl fmt::Display for BindAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Off => f.write_str("0"),
+            Self::At(addr) => addr.fmt(f),
+        }
+    }
+}
+
+/// Why a bind address was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error(
+    "invalid bind address {input:?}: {reason} (want \":8080\", \"host:8080\", \"[::1]:8080\" or \"0\" for off)"
+)]
+pub struct BindAddressError {
+    input: String,
+    reason: &'static str,
+}
+
+impl FromStr for BindAddress {
+    type Err = BindAddressError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |reason| BindAddressError {
+            input: s.to_owned(),
+            reason,
+        };
+        if s == "0" {
+            return Ok(Self::Off);
+        }
+        // Go's ":8080" listens on every interface. We take IPv4's
+        // "every interface": binding "[::]" fails in Pods whose network has
+        // IPv6 switched off; name "[::]:8080" to listen on both.
+        if let Some(port) = s.strip_prefix(':').filter(|p| !p.contains(':')) {
+            let port = port.parse::<u16>().map_err(|_| err("bad port"))?;
+            return Ok(Self::At(SocketAddr::from(([0, 0, 0, 0], port))));
+        }
+        if let Ok(addr) = s.parse::<SocketAddr>() {
+            return Ok(Self::At(addr));
+        }
+        let (host, port) = s.rsplit_once(':').ok_or_else(|| err("no port"))?;
+        if host.is_empty() || host.contains(':') {
+            return Err(err("an IPv6 address needs brackets"));
+        }
+        port.parse::<u16>().map_err(|_| err("bad port"))?;
+        // A host name: the first address it resolves to (as Go's net.Listen).
+        let addr = s
+            .to_socket_addrs()
+            .map_err(|_| err("the host name does not resolve"))?
+            .next()
+            .ok_or_else(|| err("the host name does not resolve"))?;
+        Ok(Self::At(addr))
+    }
+}
+
+/// The leader-election namespace: the flag's value if set, else the Pod's
+/// namespace from `service_account_namespace` (in a cluster), else
+/// `"default"` (out of a cluster; controller-runtime fails there instead, but
+/// `tfjob-operator run` on a laptop should just work).
+pub fn leader_election_namespace(flag: Option<&str>, service_account_namespace: &Path) -> String {
+    flag.map(str::trim)
+        .filter(|ns| !ns.is_empty())
+        .map(str::to_owned)
+        .or_else(|| {
+            std::fs::read_to_string(service_account_namespace)
+                .ok()
+                .map(|ns| ns.trim().to_owned())
+                .filter(|ns| !ns.is_empty())
+        })
+        .unwrap_or_else(|| "default".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> BindAddress {
+        BindAddress::At(s.parse().unwrap())
+    }
+
+    #[test]
+    fn bind_addresses_parse_as_controller_runtime_spells_them() {
+        for (input, want) in [
+            ("0", BindAddress::Off),
+            (":8080", at("0.0.0.0:8080")),
+            ("127.0.0.1:9090", at("127.0.0.1:9090")),
+            ("0.0.0.0:8081", at("0.0.0.0:8081")),
+            ("[::1]:8080", at("[::1]:8080")),
+            ("[::]:8080", at("[::]:8080")),
+            (":0", at("0.0.0.0:0")),
+        ] {
+            assert_eq!(input.parse::<BindAddress>(), Ok(want), "{input}");
+        }
+    }
+
+    #[test]
+    fn a_host_name_resolves_to_its_first_address() {
+        let addr = "localhost:8080".parse::<BindAddress>().unwrap();
+        let BindAddress::At(addr) = addr else {
+            panic!("localhost:8080 parsed as off");
+        };
+        assert!(addr.ip().is_loopback(), "{addr}");
+        assert_eq!(addr.port(), 8080);
+    }
+
+    #[test]
+    fn bad_bind_addresses_are_refused_with_the_reason() {
+        for (input, reason) in [
+            ("8080", "no port"),
+            (":http", "bad port"),
+            (":70000", "bad port"),
+            ("::1:8080", "an IPv6 address needs brackets"),
+            ("localhost:", "bad port"),
+            ("", "no port"),
+        ] {
+            let err = input.parse::<BindAddress>().unwrap_err();
+            assert_eq!(err.reason, reason, "{input}");
+            assert!(err.to_string().contains("\"0\" for off"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_off_address_prints_as_zero_and_binds_nothing() {
+        assert_eq!(BindAddress::Off.to_string(), "0");
+        assert_eq!(BindAddress::Off.addr(), None);
+        assert_eq!(at("[::1]:80").to_string(), "[::1]:80");
+    }
+
+    #[test]
+    fn the_leader_election_namespace_is_the_flag_then_the_pods_then_default() {
+        let dir = std::env::temp_dir().join(format!("sa-ns-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("namespace");
+        std::fs::write(&file, "kubeflow\n").unwrap();
+        let missing = dir.join("missing");
+        assert_eq!(leader_election_namespace(Some("ops"), &file), "ops");
+        assert_eq!(leader_election_namespace(None, &file), "kubeflow");
+        assert_eq!(leader_election_namespace(Some(""), &file), "kubeflow");
+        assert_eq!(leader_election_namespace(None, &missing), "default");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,531 @@
+//! Real Kueue (`e2e/kueue.sh`, its built-in `kubeflow.org/tfjob` integration)
+//! admitting TFJobs our operator runs: a ResourceFlavor for the KWOK nodes, a
+//! ClusterQueue with a small cpu quota, a LocalQueue in the test's namespace,
+//! and TFJobs labelled `kueue.x-k8s.io/queue-name`.
+//!
+//! What Kueue does to a TFJob, and what these tests check our operator makes
+//! of it: its webhook creates the job suspended (`spec.runPolicy.suspend`), so
+//! no Pods; on admission it writes the flavor's nodeSelector and tolerations
+//! into every replica template and sets `suspend: false`; on preemption it sets
+//! `suspend: true` again and waits until no replica is `active` before it
+//! takes the template changes back.
+//!
+//! Each test makes its own cluster-scoped objects (random names) and its own
+//! namespace, labelled `tfjob-operator.e2e/kueue=true`: Kueue's TFJob webhooks
+//! are scoped to such namespaces (see `e2e/kueue.sh`). Without Kueue the tests
+//! say so and pass, unless `TFJOB_E2E_KUEUE=1` (`e2e/run-suite.sh` sets it), where
+//! a missing Kueue fails them.
+//!
+//! Mirrors: Kueue's `test/e2e/singlecluster/kubeflow` (TFJob) and
+//! `test/integration/singlecluster/controller/jobs/kubeflow` suites.
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tfjob_operator::api::TFJob;
+use tfjob_operator::api::fixtures::TfJobFixture;
+
+use crate::operator::{Operator, ensure_crd, http_get};
+use crate::support::{
+    client, cluster_dir, drive_pod_exit, random_suffix, shared_cluster, test_namespace, wait_until,
+};
+
+const SLOW: Duration = Duration::from_secs(90);
+const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
+const PRIORITY_LABEL: &str = "kueue.x-k8s.io/priority-class";
+const NAMESPACE_LABEL: &str = "tfjob-operator.e2e/kueue";
+const JOB_NAME_LABEL: &str = "training.kubeflow.org/job-name";
+/// The flavor's toleration: nothing else puts it on a Pod.
+const TOLERATION_KEY: &str = "e2e.tfjob-operator.local/kueue-flavor";
+
+/// Whether Kueue answers on its health port (`.cluster/kueue/ports`). When it
+/// does not: `false`, or a panic when the harness promised Kueue.
+fn kueue_running() -> bool {
+    let ports = std::fs::read_to_string(cluster_dir().join("kueue/ports")).unwrap_or_default();
+    let health = ports
+        .lines()
+        .find_map(|l| l.strip_prefix("HEALTH_PORT="))
+        .and_then(|p| p.trim().parse::<u16>().ok());
+    let up = health.is_some_and(|p| http_get(p, "/readyz").is_some_and(|(code, _)| code == 200));
+    if !up {
+        assert!(
+            std::env::var("TFJOB_E2E_KUEUE").as_deref() != Ok("1"),
+            "TFJOB_E2E_KUEUE=1 but Kueue is not running (see {}/logs/kueue.log)",
+            cluster_dir().display()
+        );
+        eprintln!("skipping: Kueue is not running (start it with `make kueue-up`)");
+    }
+    up
+}
+
+fn kueue_api(client: &Client, kind: &str, plural: &str, ns: Option<&str>) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", kind);
+    let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+    match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
+async fn create_kueue_object(
+    client: &Client,
+    kind: &str,
+    plural: &str,
+    ns: Option<&str>,
+    body: Value,
+) {
+    let mut body = body;
+    body["apiVersion"] = "kueue.x-k8s.io/v1beta2".into();
+    body["kind"] = kind.into();
+    let object: DynamicObject = serde_json::from_value(body).expect("a valid Kueue object");
+    kueue_api(client, kind, plural, ns)
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("failed to create the {kind}: {e}"));
+}
+
+/// A namespace whose TFJobs Kueue manages, a running operator for it, and a
+/// LocalQueue `queue` that feeds a new ClusterQueue with `cpu` cores of quota
+/// on a new ResourceFlavor for the KWOK nodes.
+struct Env {
+    _cluster: tokio::sync::OwnedRwLockReadGuard<()>,
+    client: Client,
+    ns: String,
+    flavor: String,
+    cluster_queue: String,
+    operator: Operator,
+    jobs: Api<TFJob>,
+    pods: Api<Pod>,
+}
+
+impl Env {
+    async fn new(prefix: &str, cpu: &str, preemption: Value) -> Option<Self> {
+        let cluster = shared_cluster().await;
+        if !kueue_running() {
+            return None;
+        }
+        let client = client().await;
+        ensure_crd(&client).await;
+        let ns = test_namespace(&client, prefix).await;
+        let label = json!({ "metadata": { "labels": { NAMESPACE_LABEL: "true" } } });
+        Api::<Namespace>::all(client.clone())
+            .patch(&ns, &PatchParams::default(), &Patch::Merge(&label))
+            .await
+            .expect("label the namespace for Kueue");
+
+        let suffix = random_suffix();
+        let flavor = format!("e2e-kwok-{suffix}");
+        let cluster_queue = format!("e2e-{prefix}-{suffix}");
+        // `type: kwok` is the label e2e/cluster.sh gives every fake node.
+        create_kueue_object(
+            &client,
+            "ResourceFlavor",
+            "resourceflavors",
+            None,
+            json!({
+                "metadata": { "name": flavor },
+                "spec": {
+                    "nodeLabels": { "type": "kwok" },
+                    "tolerations": [{ "key": TOLERATION_KEY, "operator": "Exists", "effect": "NoSchedule" }]
+                }
+            }),
+        )
+        .await;
+        create_kueue_object(
+            &client,
+            "ClusterQueue",
+            "clusterqueues",
+            None,
+            json!({
+                "metadata": { "name": cluster_queue },
+                "spec": {
+                    "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": ns } },
+                    "queueingStrategy": "StrictFIFO",
+                    "preemption": preemption,
+                    "resourceGroups": [{
+                        "coveredResources": ["cpu"],
+                        "flavors": [{ "name": flavor, "resources": [{ "name": "cpu", "nominalQuota": cpu }] }]
+                    }]
+                }
+            }),
+        )
+        .await;
+        create_kueue_object(
+            &client,
+            "LocalQueue",
+            "localqueues",
+            Some(&ns),
+            json!({ "metadata": { "name": "queue" }, "spec": { "clusterQueue": cluster_queue } }),
+        )
+        .await;
+        let cqs = kueue_api(&client, "ClusterQueue", "clusterqueues", None);
+        wait_until(
+            &format!("ClusterQueue {cluster_queue} to be Active"),
+            Duration::from_secs(30),
+            || async {
+                let cq = cqs.get_opt(&cluster_queue).await.ok().flatten()?;
+                has_condition(&cq.data, "Active").then_some(())
+            },
+        )
+        .await;
+
+        let mut operator = Operator::start(&ns);
+        operator.wait_ready().await;
+        Some(Self {
+            _cluster: cluster,
+            jobs: Api::namespaced(client.clone(), &ns),
+            pods: Api::namespaced(client.clone(), &ns),
+            client,
+            ns,
+            flavor,
+            cluster_queue,
+            operator,
+        })
+    }
+
+    /// A worker-only job of `workers` Pods, 1 cpu each, in the LocalQueue.
+    async fn submit(&self, name: &str, workers: i32, priority_class: Option<&str>) {
+        let mut job = TfJobFixture::new(name)
+            .workers(workers)
+            .namespace(&self.ns)
+            .build();
+        let labels = job.metadata.labels.get_or_insert_with(BTreeMap::new);
+        labels.insert(QUEUE_LABEL.into(), "queue".into());
+        if let Some(class) = priority_class {
+            labels.insert(PRIORITY_LABEL.into(), class.into());
+        }
+        for spec in job.spec.tf_replica_specs.values_mut() {
+            for c in spec
+                .template
+                .spec
+                .iter_mut()
+                .flat_map(|s| s.containers.iter_mut())
+            {
+                c.resources = Some(ResourceRequirements {
+                    requests: Some(BTreeMap::from([("cpu".into(), Quantity("1".into()))])),
+                    ..ResourceRequirements::default()
+                });
+            }
+        }
+        self.jobs
+            .create(&PostParams::default(), &job)
+            .await
+            .unwrap_or_else(|e| panic!("failed to create TFJob {name}: {e}"));
+    }
+
+    async fn job(&self, name: &str) -> Option<TFJob> {
+        self.jobs.get_opt(name).await.ok().flatten()
+    }
+
+    async fn job_pods(&self, name: &str) -> Vec<Pod> {
+        let lp = ListParams::default().labels(&format!("{JOB_NAME_LABEL}={name}"));
+        self.pods
+            .list(&lp)
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+    }
+
+    /// The job's Workload (Kueue names it; found by its owner reference).
+    async fn workload(&self, name: &str) -> Option<DynamicObject> {
+        let uid = self.job(name).await?.metadata.uid?;
+        let workloads = kueue_api(&self.client, "Workload", "workloads", Some(&self.ns));
+        let list = workloads.list(&ListParams::default()).await.ok()?;
+        list.items.into_iter().find(|w| {
+            w.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == uid)
+        })
+    }
+
+    fn log(&self) -> String {
+        self.operator.log.display().to_string()
+    }
+
+    /// Waits until the job is suspended by Kueue, our operator says so
+    /// (condition Suspended), it has no Pods, and its Workload is pending.
+    async fn wait_held(&self, name: &str) {
+        let what = format!(
+            "{}/{name} to be held: suspended, no Pods, Workload without quota (operator log: {})",
+            self.ns,
+            self.log()
+        );
+        wait_until(&what, SLOW, || async {
+            let job = self.job(name).await?;
+            let suspended = job.spec.run_policy.suspend == Some(true)
+                && job_condition(&job, "Suspended") == Some(true);
+            let wl = self.workload(name).await?;
+            let pending = !has_condition(&wl.data, "QuotaReserved");
+            (suspended && pending && self.job_pods(name).await.is_empty()).then_some(())
+        })
+        .await;
+    }
+
+    /// Asserts that the operator never created a Pod for the job (no
+    /// `SuccessfulCreatePod` event): held from its creation on, not stopped
+    /// after it had started (Kueue also suspends a running job it did not admit).
+    async fn assert_never_started(&self, name: &str) {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
+        let lp = ListParams::default().fields(&format!("involvedObject.name={name}"));
+        let created: Vec<String> = events
+            .list(&lp)
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("SuccessfulCreatePod"))
+            .filter_map(|e| e.message)
+            .collect();
+        assert!(
+            created.is_empty(),
+            "{name} had Pods before Kueue admitted it: {created:?}"
+        );
+    }
+
+    /// Waits until Kueue admitted the job and all its `n` Pods run; returns them.
+    async fn wait_admitted_and_running(&self, name: &str, n: usize) -> Vec<Pod> {
+        let what = format!(
+            "{}/{name} to be admitted with {n} running Pods (operator log: {})",
+            self.ns,
+            self.log()
+        );
+        wait_until(&what, SLOW, || async {
+            let wl = self.workload(name).await?;
+            if !has_condition(&wl.data, "Admitted") {
+                return None;
+            }
+            let job = self.job(name).await?;
+            if job.spec.run_policy.suspend == Some(true) {
+                return None;
+            }
+            let pods = self.job_pods(name).await;
+            let running = pods.iter().filter(|p| is_running(p)).count();
+            (pods.len() == n && running == n).then_some(pods)
+        })
+        .await
+    }
+
+    async fn wait_condition(&self, name: &str, type_: &str) {
+        let what = format!(
+            "{}/{name} to be {type_} (operator log: {})",
+            self.ns,
+            self.log()
+        );
+        wait_until(&what, SLOW, || async {
+            let job = self.job(name).await?;
+            (job_condition(&job, type_) == Some(true)).then_some(())
+        })
+        .await;
+    }
+
+    /// Ends the job: worker 0 exits 0.
+    async fn finish(&self, name: &str) {
+        let pod = format!("{name}-worker-0");
+        drive_pod_exit(&self.client, &self.ns, &pod, Some("tensorflow"), 0).await;
+        self.wait_condition(name, "Succeeded").await;
+    }
+
+    /// Removes the cluster-scoped objects (the namespace takes the rest).
+    async fn cleanup(&self) {
+        let cqs = kueue_api(&self.client, "ClusterQueue", "clusterqueues", None);
+        let _ = cqs.delete(&self.cluster_queue, &Default::default()).await;
+        let flavors = kueue_api(&self.client, "ResourceFlavor", "resourceflavors", None);
+        let _ = flavors.delete(&self.flavor, &Default::default()).await;
+    }
+}
+
+fn is_running(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+/// Whether a Kueue object's `status.conditions` has `type_` True.
+fn has_condition(data: &Value, type_: &str) -> bool {
+    data["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == type_ && c["status"] == "True")
+    })
+}
+
+/// The status of the TFJob's condition `type_`, when it has one.
+fn job_condition(job: &TFJob, type_: &str) -> Option<bool> {
+    job.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status == "True")
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make e2e"]
+async fn kueue_holds_jobs_beyond_quota_and_admits_them_in_order_as_earlier_ones_finish() {
+    // 2 cpu of quota, each job 2 workers of 1 cpu: one job at a time.
+    let Some(env) = Env::new("kueue-order", "2", json!({})).await else {
+        return;
+    };
+    env.submit("first", 2, None).await;
+    let pods = env.wait_admitted_and_running("first", 2).await;
+    // Created after `first` was admitted: the queue order is first, second, third.
+    env.submit("second", 2, None).await;
+    // Kueue orders a queue by its Workloads' creationTimestamp, which has a
+    // resolution of one second: `third`'s must fall in a later second.
+    let created = wait_until("second's Workload", SLOW, || async {
+        env.workload("second").await?.metadata.creation_timestamp
+    })
+    .await;
+    wait_until(
+        "the clock to pass the second of second's Workload",
+        Duration::from_secs(3),
+        || async {
+            let now = k8s_openapi::jiff::Timestamp::now().as_second();
+            (now > created.0.as_second()).then_some(())
+        },
+    )
+    .await;
+    env.submit("third", 2, None).await;
+    env.wait_held("second").await;
+    env.wait_held("third").await;
+    env.assert_never_started("second").await;
+    env.assert_never_started("third").await;
+
+    // Admitted Pods carry what Kueue wrote into the templates from the flavor.
+    for pod in &pods {
+        let spec = pod.spec.as_ref().expect("a pod spec");
+        let selector = spec.node_selector.clone().unwrap_or_default();
+        assert_eq!(
+            selector.get("type").map(String::as_str),
+            Some("kwok"),
+            "{}: nodeSelector {selector:?}",
+            pod.name_any()
+        );
+        let tolerated = spec
+            .tolerations
+            .iter()
+            .flatten()
+            .any(|t| t.key.as_deref() == Some(TOLERATION_KEY));
+        assert!(tolerated, "{}: {:?}", pod.name_any(), spec.tolerations);
+    }
+    let wl = env.workload("first").await.expect("first's Workload");
+    let admission = &wl.data["status"]["admission"];
+    assert_eq!(admission["clusterQueue"], env.cluster_queue.as_str());
+    assert_eq!(
+        admission["podSetAssignments"][0]["flavors"]["cpu"],
+        env.flavor.as_str()
+    );
+
+    // `first` ends: `second` (not `third`) gets its quota.
+    env.finish("first").await;
+    env.wait_admitted_and_running("second", 2).await;
+    env.wait_held("third").await;
+    env.assert_never_started("third").await;
+
+    env.finish("second").await;
+    env.wait_admitted_and_running("third", 2).await;
+    env.finish("third").await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make e2e"]
+async fn a_job_preempted_by_higher_priority_is_suspended_cleanly_and_resumes_later() {
+    let preemption = json!({ "withinClusterQueue": "LowerPriority" });
+    let Some(env) = Env::new("kueue-preempt", "2", preemption).await else {
+        return;
+    };
+    let suffix = random_suffix();
+    let (low, high) = (format!("e2e-low-{suffix}"), format!("e2e-high-{suffix}"));
+    for (name, value) in [(&low, 100), (&high, 1000)] {
+        create_kueue_object(
+            &env.client,
+            "WorkloadPriorityClass",
+            "workloadpriorityclasses",
+            None,
+            json!({ "metadata": { "name": name }, "value": value }),
+        )
+        .await;
+    }
+
+    env.submit("low", 2, Some(&low)).await;
+    let first_pods = env.wait_admitted_and_running("low", 2).await;
+    let first_uids: Vec<String> = first_pods
+        .iter()
+        .map(|p| p.uid().unwrap_or_default())
+        .collect();
+
+    // `high` needs the whole quota: Kueue evicts `low`.
+    env.submit("high", 2, Some(&high)).await;
+    let what = format!(
+        "low to be preempted: suspended, condition Suspended, no Pods (operator log: {})",
+        env.log()
+    );
+    wait_until(&what, SLOW, || async {
+        let job = env.job("low").await?;
+        let suspended = job.spec.run_policy.suspend == Some(true)
+            && job_condition(&job, "Suspended") == Some(true);
+        (suspended && env.job_pods("low").await.is_empty()).then_some(())
+    })
+    .await;
+    let wl = env.workload("low").await.expect("low's Workload");
+    let evicted = wl.data["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Evicted").cloned())
+        .unwrap_or_default();
+    assert_eq!(evicted["status"], "True", "{:?}", wl.data["status"]);
+    assert_eq!(evicted["reason"], "Preempted", "{evicted}");
+    let low_job = env.job("low").await.expect("low");
+    assert_eq!(
+        job_condition(&low_job, "Running"),
+        Some(false),
+        "a suspended job is not Running: {:?}",
+        low_job.status
+    );
+    assert_eq!(
+        job_condition(&low_job, "Failed"),
+        None,
+        "{:?}",
+        low_job.status
+    );
+
+    env.wait_admitted_and_running("high", 2).await;
+    env.wait_held("low").await;
+
+    // `high` ends: `low` is admitted again and runs new Pods.
+    env.finish("high").await;
+    let resumed = env.wait_admitted_and_running("low", 2).await;
+    for pod in &resumed {
+        assert!(
+            !first_uids.contains(&pod.uid().unwrap_or_default()),
+            "{} is a Pod from before the preemption",
+            pod.name_any()
+        );
+    }
+    env.wait_condition("low", "Running").await;
+    let job = env.job("low").await.expect("low");
+    assert_eq!(
+        job_condition(&job, "Suspended"),
+        Some(false),
+        "{:?}",
+        job.status
+    );
+    env.finish("low").await;
+
+    let classes = kueue_api(
+        &env.client,
+        "WorkloadPriorityClass",
+        "workloadpriorityclasses",
+        None,
+    );
+    for name in [&low, &high] {
+        let _ = classes.delete(name, &Default::default()).await;
+    }
+    env.cleanup().await;
+}
