@@ -70,6 +70,15 @@ cluster-down: ## Stop the local control plane and remove its data
 e2e: cluster-tools ## The end-to-end suite on a freshly started local control plane (torn down even on failure)
 	bash e2e/run-suite.sh
 
+# The fault-injection suite in full (tests/faults, docs/reliability.md): every
+# scenario with more rounds, plus the 1,000-job scale run, on a fresh cluster.
+# `make test` runs a bounded subset of it after the e2e tests.
+FAULT_SEED ?= 20
+FAULT_ROUNDS ?= 20
+.PHONY: test-faults
+test-faults: cluster-tools ## The fault suite in full on a fresh local cluster (FAULT_SEED, FAULT_ROUNDS)
+	FAULTS_ONLY=1 FAULT_FULL=1 FAULT_SEED=$(FAULT_SEED) FAULT_ROUNDS=$(FAULT_ROUNDS) bash e2e/run-suite.sh
+
 .PHONY: test-observability
 test-observability: cluster-tools ## Metrics vs docs/metrics.md, every dashboard query and alert rule, on a real Prometheus (the running cluster, or a fresh one)
 	bash e2e/observability.sh

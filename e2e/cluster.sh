@@ -16,11 +16,11 @@
 #   logs/       one log per component    pids/    one pid file per component
 #   data/etcd   etcd's data              ports    the ports chosen at `up`
 #
+# The API server writes an audit log to logs/audit.log (policy: audit_flags).
 # Opt-in: TFJOB_AUDIT=1 at `up` (make bench-e2e sets it) also signs a client
-# identity `bench-peer` (kubeconfigs/bench-peer, system:masters) and starts the
-# API server with an audit policy that logs every request of that user, and
-# only that user, at Metadata level to logs/audit.log: the benchmark counts a
-# peer's API requests there (apiserver_request_total has no per-client label).
+# identity `bench-peer` (kubeconfigs/bench-peer, system:masters) whose every
+# request the log records: the benchmark counts a peer's API requests there
+# (apiserver_request_total has no per-client label).
 set -euo pipefail
 export LOG_TAG=cluster
 # shellcheck source=e2e/lib.sh
@@ -231,10 +231,17 @@ admin_curl() {
     "https://127.0.0.1:$APISERVER_PORT$1"
 }
 
-# The audit flags when TFJOB_AUDIT=1 (see the header): one line per finished
-# request of the user bench-peer, nothing for anyone else.
+# The API server's audit log, always on (logs/audit.log, JSON lines, one per
+# finished request), so tests can see who wrote what and when independently
+# of the operator under test. Metadata level (no bodies), and only:
+# - every request of the group tfjob-faults: the operator identities the fault
+#   suite mints (tests/faults), so two operator processes can be told apart;
+# - creates and deletes of Pods, Services, Namespaces and TFJobs by anyone
+#   (a Pod created and deleted between two polls still shows here);
+# - with TFJOB_AUDIT=1 (benchmarks), every request of the user bench-peer.
+# Everything else (status updates, leases, watches of other clients) is not
+# logged: a busy KWOK would otherwise dominate the file.
 audit_flags() {
-  [[ "${TFJOB_AUDIT:-0}" == 1 ]] || return 0
   cat >"$D/audit-policy.yaml" <<EOF
 apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -242,6 +249,13 @@ omitStages: [RequestReceived, ResponseStarted]
 rules:
 - level: Metadata
   users: [bench-peer]
+- level: Metadata
+  userGroups: [tfjob-faults]
+- level: Metadata
+  verbs: [create, delete, deletecollection]
+  resources:
+  - {group: "", resources: [pods, services, namespaces]}
+  - {group: kubeflow.org, resources: [tfjobs]}
 - level: None
 EOF
   echo --audit-policy-file "$D/audit-policy.yaml" --audit-log-path "$D/logs/audit.log" --audit-log-maxsize 0

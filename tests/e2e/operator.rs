@@ -150,18 +150,38 @@ impl Operator {
 
     /// Starts the operator with extra flags and, optionally, another kubeconfig.
     pub fn start_with(namespace: &str, extra_args: &[&str], kubeconfig: Option<PathBuf>) -> Self {
+        Self::spawn(Some(namespace), namespace, extra_args, kubeconfig)
+    }
+
+    /// Starts the operator as the Helm chart runs it: no `--namespace`, so it
+    /// watches every namespace; its Lease lives in `lease_namespace`.
+    pub fn start_all_namespaces(
+        lease_namespace: &str,
+        extra_args: &[&str],
+        kubeconfig: Option<PathBuf>,
+    ) -> Self {
+        Self::spawn(None, lease_namespace, extra_args, kubeconfig)
+    }
+
+    fn spawn(
+        namespace: Option<&str>,
+        lease_namespace: &str,
+        extra_args: &[&str],
+        kubeconfig: Option<PathBuf>,
+    ) -> Self {
         let metrics_port = free_port();
         let probe_port = free_port();
         let logs = cluster_dir().join("logs");
         std::fs::create_dir_all(&logs).expect("the cluster logs dir");
-        let log = logs.join(format!("operator-{namespace}-{metrics_port}.log"));
+        let label = namespace.unwrap_or("all-namespaces");
+        let log = logs.join(format!("operator-{label}-{metrics_port}.log"));
         let file = std::fs::File::create(&log).expect("the operator log file");
         let kubeconfig_arg = kubeconfig.clone();
         let kubeconfig = kubeconfig.unwrap_or_else(|| cluster_dir().join("kubeconfig"));
         let child = Command::new(env!("CARGO_BIN_EXE_tfjob-operator"))
             .arg("run")
-            .args(["--namespace", namespace])
-            .args(["--leader-election-namespace", namespace])
+            .args(namespace.map(|ns| format!("--namespace={ns}")))
+            .args(["--leader-election-namespace", lease_namespace])
             .args([
                 "--metrics-bind-address",
                 &format!("127.0.0.1:{metrics_port}"),
@@ -180,7 +200,7 @@ impl Operator {
             .expect("failed to start the operator binary");
         Self {
             child: Some(child),
-            namespace: namespace.to_owned(),
+            namespace: label.to_owned(),
             metrics_port,
             probe_port,
             log,
@@ -238,6 +258,29 @@ impl Operator {
     /// The operator's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the process has exited (it may exit by itself, e.g. after
+    /// losing its Lease).
+    pub fn exited(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => child.try_wait().ok().flatten().is_some(),
+            None => true,
+        }
+    }
+
+    /// Sends `signal` (`"STOP"`, `"CONT"`, `"TERM"`, ...) to the process.
+    pub fn signal(&self, signal: &str) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill")
+                .args([format!("-{signal}"), pid.to_string()])
+                .status();
+        }
     }
 
     /// SIGKILL: no graceful shutdown, no Lease release (a crash).

@@ -1,0 +1,304 @@
+//! A TCP proxy between the operator and the API server, so network faults are
+//! injected from outside the process under test. It relays bytes and never
+//! looks inside them: TLS passes through end to end, so the operator still
+//! verifies the API server's certificate (SAN 127.0.0.1; the proxy listens on
+//! 127.0.0.1 too).
+//!
+//! Modes, switchable at run time ([`FaultProxy::set`]):
+//! - `Pass`: relay.
+//! - `Refuse`: new connections are reset as soon as they arrive (the
+//!   client sees `connection reset`, as from a host whose port is closed);
+//!   connections already open keep working.
+//! - `Blackhole`: a partition. New connections are accepted but
+//!   nothing is forwarded; open ones stop forwarding in both directions. Bytes
+//!   read meanwhile are held, as a real network would retransmit them, and
+//!   flow again when the mode goes back to `Pass` (connections the client
+//!   gave up on are gone by then).
+//!
+//! And one action: [`FaultProxy::cut`] resets every open connection mid-stream
+//! (watches included), as a load balancer restart or a NAT timeout does.
+//!
+//! Mirrors: toxiproxy's `reset_peer` / `timeout` toxics, reduced to what the
+//! fault suite needs.
+#![allow(dead_code)] // Each scenario uses a different subset.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Pass,
+    Refuse,
+    Blackhole,
+}
+
+struct Shared {
+    upstream: SocketAddr,
+    mode: watch::Sender<Mode>,
+    /// Bumped by [`FaultProxy::cut`]; every relay watches it.
+    cuts: watch::Sender<u64>,
+    accepted: AtomicU64,
+    reset: AtomicU64,
+}
+
+/// A running proxy; dropping it stops accepting (open relays end with their peers).
+pub struct FaultProxy {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    acceptor: JoinHandle<()>,
+}
+
+impl FaultProxy {
+    /// Listens on a free loopback port and relays to `upstream`.
+    pub async fn start(upstream: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("the proxy binds a loopback port");
+        let addr = listener.local_addr().expect("the proxy's address");
+        let shared = Arc::new(Shared {
+            upstream,
+            mode: watch::channel(Mode::Pass).0,
+            cuts: watch::channel(0).0,
+            accepted: AtomicU64::new(0),
+            reset: AtomicU64::new(0),
+        });
+        let acceptor = tokio::spawn(accept_loop(listener, shared.clone()));
+        Self {
+            addr,
+            shared,
+            acceptor,
+        }
+    }
+
+    pub fn set(&self, mode: Mode) {
+        self.shared.mode.send_replace(mode);
+    }
+
+    pub fn mode(&self) -> Mode {
+        *self.shared.mode.borrow()
+    }
+
+    /// Resets every connection open now.
+    pub fn cut(&self) {
+        self.shared.cuts.send_modify(|n| *n += 1);
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.shared.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Connections reset so far (refused, or cut).
+    pub fn reset_count(&self) -> u64 {
+        self.shared.reset.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.acceptor.abort();
+        // Ends the open relays too: they all watch `cuts`.
+        self.cut();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            continue;
+        };
+        shared.accepted.fetch_add(1, Ordering::Relaxed);
+        if *shared.mode.borrow() == Mode::Refuse {
+            reset(client, &shared);
+            continue;
+        }
+        tokio::spawn(relay(client, shared.clone()));
+    }
+}
+
+/// Closes with RST rather than FIN: the client sees an error, not a clean end.
+/// (`set_linger` is deprecated because a non-zero linger blocks the thread on
+/// drop; a zero linger does not block, it resets.)
+#[allow(deprecated)]
+fn reset(stream: TcpStream, shared: &Shared) {
+    shared.reset.fetch_add(1, Ordering::Relaxed);
+    let _ = stream.set_linger(Some(std::time::Duration::ZERO));
+    drop(stream);
+}
+
+#[allow(deprecated)] // set_linger(0): see `reset`
+async fn relay(client: TcpStream, shared: Arc<Shared>) {
+    let mut cuts = shared.cuts.subscribe();
+    cuts.mark_unchanged();
+    let mut mode = shared.mode.subscribe();
+    // In a partition even the connect to the API server waits.
+    let upstream = tokio::select! {
+        _ = passable(&mut mode) => TcpStream::connect(shared.upstream).await,
+        _ = cuts.changed() => return reset(client, &shared),
+    };
+    let Ok(upstream) = upstream else {
+        return reset(client, &shared);
+    };
+    for stream in [&client, &upstream] {
+        let _ = stream.set_nodelay(true);
+        // Linger 0: dropping the socket sends RST, so a cut is a reset
+        // mid-stream. A relay whose both directions ended has sent its FINs
+        // already, so for it this changes nothing.
+        let _ = stream.set_linger(Some(std::time::Duration::ZERO));
+    }
+    let (client_read, client_write) = client.into_split();
+    let (upstream_read, upstream_write) = upstream.into_split();
+    let up = pipe(client_read, upstream_write, shared.mode.subscribe());
+    let down = pipe(upstream_read, client_write, shared.mode.subscribe());
+    tokio::select! {
+        ended = async { tokio::join!(up, down) } => {
+            // Both directions ended by themselves: nothing to reset.
+            let _ = ended;
+        }
+        _ = cuts.changed() => {
+            // Dropping the pipes drops both sockets: RST both ways (linger 0).
+            shared.reset.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Returns once the mode lets bytes through.
+async fn passable(mode: &mut watch::Receiver<Mode>) {
+    let _ = mode.wait_for(|m| *m != Mode::Blackhole).await;
+}
+
+/// One direction: read, wait while blackholed, write. Readiness plus
+/// `try_read`/`try_write` rather than `AsyncRead`, which needs tokio's
+/// `io-util` feature (not enabled in this crate). Dropping `to` at the end
+/// shuts its direction down (FIN).
+async fn pipe(from: OwnedReadHalf, to: OwnedWriteHalf, mut mode: watch::Receiver<Mode>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        passable(&mut mode).await;
+        if from.readable().await.is_err() {
+            break;
+        }
+        let n = match from.try_read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => break,
+        };
+        passable(&mut mode).await;
+        if write_all(&to, &buf[..n]).await.is_err() {
+            break;
+        }
+    }
+}
+
+async fn write_all(to: &OwnedWriteHalf, mut data: &[u8]) -> std::io::Result<()> {
+    while !data.is_empty() {
+        to.writable().await?;
+        match to.try_write(data) {
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// An upstream that echoes every byte back.
+    async fn echo() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (r, w) = stream.into_split();
+                    let mut buf = vec![0u8; 1024];
+                    loop {
+                        if r.readable().await.is_err() {
+                            return;
+                        }
+                        match r.try_read(&mut buf) {
+                            Ok(0) => return,
+                            Ok(n) => {
+                                if write_all(&w, &buf[..n]).await.is_err() {
+                                    return;
+                                }
+                            }
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(_) => return,
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    /// Sends `msg` and reads one answer within `within`: Ok(bytes) or Err(why).
+    async fn round_trip(
+        stream: &TcpStream,
+        msg: &[u8],
+        within: Duration,
+    ) -> Result<Vec<u8>, String> {
+        tokio::time::timeout(within, async {
+            stream.writable().await.map_err(|e| e.to_string())?;
+            stream.try_write(msg).map_err(|e| e.to_string())?;
+            let mut buf = vec![0u8; 64];
+            loop {
+                stream.readable().await.map_err(|e| e.to_string())?;
+                match stream.try_read(&mut buf) {
+                    Ok(0) => return Err("EOF".to_string()),
+                    Ok(n) => return Ok(buf[..n].to_vec()),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        })
+        .await
+        .map_err(|_| "timed out".to_string())?
+    }
+
+    const QUICK: Duration = Duration::from_millis(300);
+
+    #[tokio::test]
+    async fn the_proxy_relays_refuses_blackholes_and_cuts_on_command() {
+        let proxy = FaultProxy::start(echo().await).await;
+        let open = TcpStream::connect(proxy.addr).await.expect("connect");
+        assert_eq!(round_trip(&open, b"a", QUICK).await, Ok(b"a".to_vec()));
+
+        // Refuse: a new connection is reset; the open one still works.
+        proxy.set(Mode::Refuse);
+        let refused = TcpStream::connect(proxy.addr)
+            .await
+            .expect("the TCP handshake completes");
+        assert!(round_trip(&refused, b"b", QUICK).await.is_err());
+        assert_eq!(round_trip(&open, b"c", QUICK).await, Ok(b"c".to_vec()));
+
+        // Blackhole: nothing comes back, until the partition heals.
+        proxy.set(Mode::Blackhole);
+        assert_eq!(
+            round_trip(&open, b"d", QUICK).await,
+            Err("timed out".to_string())
+        );
+        proxy.set(Mode::Pass);
+        assert_eq!(round_trip(&open, b"", QUICK).await, Ok(b"d".to_vec()));
+
+        // Cut: the open connection is reset mid-stream.
+        proxy.cut();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(round_trip(&open, b"e", QUICK).await.is_err());
+        let fresh = TcpStream::connect(proxy.addr).await.expect("connect");
+        assert_eq!(round_trip(&fresh, b"f", QUICK).await, Ok(b"f".to_vec()));
+    }
+}

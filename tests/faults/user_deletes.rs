@@ -1,0 +1,224 @@
+//! Users deleting things under a running operator, which runs in
+//! all-namespaces mode as the Helm chart runs it (its Lease in a namespace of
+//! its own), so a whole job namespace can go:
+//! - a running Pod: re-created (a new UID at that index), the job runs on;
+//! - a Service: re-created;
+//! - a job deleted while its Pods are still being created: nothing of it
+//!   remains (the garbage collector removes what the operator made; the
+//!   operator must not keep creating);
+//! - a whole namespace with running jobs: it goes, and the operator's error
+//!   count stops growing (no error loop on the vanished jobs).
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::{Client, ResourceExt};
+use tfjob_operator::api::RestartPolicy;
+use tfjob_operator::api::fixtures::TfJobFixture;
+
+use crate::audit;
+use crate::harness::{
+    Cleanup, apiserver_addr, create_job, error_lines, identity, jobs, metric, report, running,
+};
+use crate::observer::Observer;
+use crate::operator::{Operator, ensure_crd};
+use crate::support::{client, delete_namespace, test_namespace, wait_until};
+
+const LABEL_JOB: &str = "training.kubeflow.org/job-name";
+const SLOW: Duration = Duration::from_secs(90);
+
+async fn running_pod(client: &Client, ns: &str, name: &str, not_uid: Option<&str>) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    wait_until(
+        &format!("{ns}/{name} Running (not {not_uid:?})"),
+        SLOW,
+        || async {
+            let p = pods.get_opt(name).await.ok().flatten()?;
+            let uid = p.uid()?;
+            (running(&p) && Some(uid.as_str()) != not_uid).then_some(uid)
+        },
+    )
+    .await
+}
+
+async fn children(client: &Client, ns: &str, job: &str) -> usize {
+    let lp = ListParams::default().labels(&format!("{LABEL_JOB}={job}"));
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await
+        .map(|l| l.items.len());
+    let svcs = Api::<Service>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await
+        .map(|l| l.items.len());
+    pods.unwrap_or(usize::MAX)
+        .saturating_add(svcs.unwrap_or(usize::MAX))
+}
+
+fn errors(op: &Operator) -> f64 {
+    metric(
+        &op.metrics(),
+        "controller_runtime_reconcile_errors_total",
+        &[],
+    )
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make test-faults"]
+async fn user_deletes_of_pods_services_jobs_and_namespaces_converge_as_a_user_expects() {
+    let client = client().await;
+    ensure_crd(&client).await;
+    let lease_ns = test_namespace(&client, "fault-lease").await;
+    let _cleanup_lease_ns = Cleanup(vec![lease_ns.clone()]);
+    let ns = test_namespace(&client, "fault-deletes").await;
+    let _cleanup_ns = Cleanup(vec![ns.clone()]);
+    let doomed = test_namespace(&client, "fault-nsdel").await;
+    let observer = Observer::start(&client, None);
+    let kubeconfig = identity("fault-op-users", apiserver_addr()).await;
+    let mut op = Operator::start_all_namespaces(&lease_ns, &[], Some(kubeconfig));
+    op.wait_ready().await;
+    let mark = audit::mark();
+
+    // A running Pod deleted: re-created.
+    create_job(
+        &client,
+        &ns,
+        TfJobFixture::new("p")
+            .workers(2)
+            .restart_policy(RestartPolicy::ExitCode),
+    )
+    .await;
+    let first = running_pod(&client, &ns, "p-worker-0", None).await;
+    let deleted_at = Instant::now();
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .delete("p-worker-0", &DeleteParams::default())
+        .await
+        .expect("delete the Pod");
+    running_pod(&client, &ns, "p-worker-0", Some(&first)).await;
+    let pod_back = deleted_at.elapsed();
+
+    // A Service deleted: re-created.
+    create_job(&client, &ns, TfJobFixture::new("s").workers(2)).await;
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let svc_uid = wait_until("Service s-worker-1", SLOW, || async {
+        services.get_opt("s-worker-1").await.ok().flatten()?.uid()
+    })
+    .await;
+    let deleted_at = Instant::now();
+    services
+        .delete("s-worker-1", &DeleteParams::default())
+        .await
+        .expect("delete the Service");
+    wait_until("Service s-worker-1 re-created", SLOW, || async {
+        let uid = services.get_opt("s-worker-1").await.ok().flatten()?.uid()?;
+        (uid != svc_uid).then_some(())
+    })
+    .await;
+    let svc_back = deleted_at.elapsed();
+
+    // A job deleted while its children are being created.
+    create_job(&client, &ns, TfJobFixture::new("big").workers(40)).await;
+    wait_until("the first Pod of big", SLOW, || async {
+        (children(&client, &ns, "big").await > 0).then_some(())
+    })
+    .await;
+    jobs(&client, &ns)
+        .delete("big", &DeleteParams::default())
+        .await
+        .expect("delete big");
+    let gone_at = Instant::now();
+    wait_until("every child of big to be gone", SLOW, || async {
+        (children(&client, &ns, "big").await == 0).then_some(())
+    })
+    .await;
+    let big_gone = gone_at.elapsed();
+
+    // A whole namespace with running jobs.
+    for i in 0..3 {
+        create_job(
+            &client,
+            &doomed,
+            TfJobFixture::new(&format!("j{i}")).chief(1).workers(2),
+        )
+        .await;
+    }
+    running_pod(&client, &doomed, "j2-worker-1", None).await;
+    delete_namespace(&client, &doomed).await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    wait_until(
+        &format!("namespace {doomed} to be gone"),
+        Duration::from_secs(120),
+        || async {
+            namespaces
+                .get_opt(&doomed)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    let errors_after_ns = errors(&op);
+    let log_errors_after_ns = error_lines(&op.log_text()).len();
+    // A loop would keep failing on the vanished jobs; watch a while.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let looping = errors(&op) - errors_after_ns;
+    let log_looping = error_lines(&op.log_text()).len() - log_errors_after_ns;
+
+    let seen = observer.snapshot();
+    let p_uids = seen
+        .pods
+        .iter()
+        .find(|(s, _)| s.0 == ns && s.1 == "p" && s.2 == "worker" && s.3 == "0")
+        .map_or(0, |(_, u)| u.len());
+    let events = audit::since(mark);
+    let big_deleted = events
+        .iter()
+        .filter(|e| {
+            e.verb == "delete" && e.resource == "tfjobs" && e.name.as_deref() == Some("big")
+        })
+        .map(|e| e.at)
+        .min();
+    let late_creates = audit::creates(&events, "pods", &ns)
+        .into_iter()
+        .filter(|e| e.name.as_deref().is_some_and(|n| n.starts_with("big-")))
+        .filter(|e| big_deleted.is_some_and(|t| e.received > t))
+        .count();
+    report(
+        "user-deletes",
+        &[
+            ("pod_recreated_s", format!("{:.1}", pod_back.as_secs_f64())),
+            (
+                "service_recreated_s",
+                format!("{:.1}", svc_back.as_secs_f64()),
+            ),
+            (
+                "deleted_job_children_gone_s",
+                format!("{:.1}", big_gone.as_secs_f64()),
+            ),
+            ("pod_creates_after_job_delete", late_creates.to_string()),
+            ("reconcile_errors_in_10s_after_ns_gone", looping.to_string()),
+            (
+                "error_log_lines_in_10s_after_ns_gone",
+                log_looping.to_string(),
+            ),
+        ],
+    );
+    assert_eq!(
+        p_uids, 2,
+        "the deleted Pod's index should have had exactly 2 Pods (UIDs)"
+    );
+    assert_eq!(
+        looping,
+        0.0,
+        "reconcile errors kept growing after the namespace was gone: {}",
+        op.log.display()
+    );
+    assert_eq!(
+        log_looping,
+        0,
+        "ERROR lines kept coming after the namespace was gone: {}",
+        op.log.display()
+    );
+    drop(op);
+}

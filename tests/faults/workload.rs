@@ -1,0 +1,165 @@
+//! A seeded workload of multi-replica jobs that run, restart, fail and finish,
+//! driven from outside (KWOK exit annotations), and a summary of where each
+//! job ended, so a disturbed run can be compared with an undisturbed one.
+//!
+//! Every job has a Chief and two Workers (and sometimes a PS). Its script is
+//! one of:
+//! - `ExitCode`, Worker 1 killed (137, retryable): the operator deletes and
+//!   re-creates that Pod (two UIDs at that index, `restarts` 1); then every
+//!   replica exits 0, the Chief last: Succeeded.
+//! - `ExitCode`, Worker 0 exits 1 (not retryable): Failed.
+//! - `OnFailure`, Worker 1 exits 1 (the kubelet restarts it in place), then
+//!   every replica exits 0, the Chief last: Succeeded.
+//! - `Never`: every replica exits 0, the Chief last: Succeeded.
+//!
+//! Each step waits for a Running Pod it has not ended yet, so after a
+//! re-creating restart the next step on that index waits for the new Pod:
+//! the script means the same thing however slow the operator is.
+//!
+//! The end state is compared, not predicted: the reference is the same
+//! script run in another namespace with an undisturbed operator.
+#![allow(dead_code)] // Each scenario uses a different subset.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use rand::Rng;
+use rand::rngs::StdRng;
+use tfjob_operator::api::fixtures::TfJobFixture;
+use tfjob_operator::api::{RestartPolicy, TFJob};
+use tokio::sync::Notify;
+
+use crate::harness::{create_job, end_pod, wait_finished};
+use crate::observer::Seen;
+
+#[derive(Clone, Debug)]
+pub struct Script {
+    pub name: String,
+    pub policy: RestartPolicy,
+    pub ps: bool,
+    /// Seconds to wait before creating the job.
+    pub start_after_ms: u64,
+    /// (Pod name suffix, exit code), in order.
+    pub exits: Vec<(&'static str, i32)>,
+}
+
+/// `n` seeded scripts, started over `spread` (so faults hit jobs at every stage).
+pub fn scripts(rng: &mut StdRng, n: usize, spread: Duration) -> Vec<Script> {
+    (0..n)
+        .map(|i| {
+            let ps = rng.random_bool(0.5);
+            // A job that succeeds ends every other replica first, so what the
+            // status says about them does not depend on when the operator
+            // last looked (Running replicas of a finished job are cleaned up).
+            let finish = |mut steps: Vec<(&'static str, i32)>| {
+                steps.extend([("worker-0", 0), ("worker-1", 0)]);
+                if ps {
+                    steps.push(("ps-0", 0));
+                }
+                steps.push(("chief-0", 0));
+                steps
+            };
+            let (policy, exits) = match rng.random_range(0..4) {
+                0 => (RestartPolicy::ExitCode, finish(vec![("worker-1", 137)])),
+                1 => (RestartPolicy::ExitCode, vec![("worker-0", 1)]),
+                2 => (RestartPolicy::OnFailure, finish(vec![("worker-1", 1)])),
+                _ => (RestartPolicy::Never, finish(vec![])),
+            };
+            Script {
+                name: format!("job-{i:02}"),
+                policy,
+                ps,
+                start_after_ms: rng.random_range(0..=spread.as_millis() as u64),
+                exits,
+            }
+        })
+        .collect()
+}
+
+fn fixture(s: &Script) -> TfJobFixture {
+    let f = TfJobFixture::new(&s.name).chief(1).workers(2);
+    let f = if s.ps { f.ps(1) } else { f };
+    f.restart_policy(s.policy)
+}
+
+/// Creates and drives every script in `ns` concurrently; returns when all
+/// jobs finished, with their final objects.
+/// `exits`, when given, is notified each time the script has asked KWOK to
+/// end a Pod: within milliseconds the operator acts on the exit.
+pub async fn run(
+    client: &Client,
+    ns: &str,
+    scripts: &[Script],
+    timeout: Duration,
+    exits: Option<Arc<Notify>>,
+) -> BTreeMap<String, TFJob> {
+    let drivers = scripts.iter().map(|s| {
+        let client = client.clone();
+        let ns = ns.to_owned();
+        let s = s.clone();
+        let exits = exits.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(s.start_after_ms)).await;
+            create_job(&client, &ns, fixture(&s)).await;
+            let mut ended = Vec::new();
+            for (suffix, code) in &s.exits {
+                let pod = format!("{}-{suffix}", s.name);
+                let uid =
+                    end_pod(&client, &ns, &pod, *code, &ended, timeout, exits.as_deref()).await;
+                // OnFailure with a non-zero code restarts in place: same Pod.
+                if !(s.policy == RestartPolicy::OnFailure && *code != 0) {
+                    ended.push(uid);
+                }
+            }
+        }
+    });
+    futures::future::join_all(drivers).await;
+    let names: Vec<String> = scripts.iter().map(|s| s.name.clone()).collect();
+    wait_finished(client, ns, &names, timeout).await
+}
+
+/// What must match between two runs of one script: the finished condition,
+/// per replica type (restarts, succeeded, failed), and Pod UIDs per index.
+#[derive(Debug, PartialEq, Eq)]
+pub struct EndState {
+    pub condition: Option<String>,
+    pub replicas: BTreeMap<String, (i32, i32, i32)>,
+    pub pods_per_index: BTreeMap<(String, String), usize>,
+}
+
+pub fn end_states(
+    jobs: &BTreeMap<String, TFJob>,
+    seen: &Seen,
+    ns: &str,
+) -> BTreeMap<String, EndState> {
+    jobs.iter()
+        .map(|(name, job)| {
+            let replicas = job
+                .status
+                .as_ref()
+                .map(|s| {
+                    s.replica_statuses
+                        .iter()
+                        .map(|(t, r)| (t.clone(), (r.restarts, r.succeeded, r.failed)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let pods_per_index = seen
+                .pods
+                .iter()
+                .filter(|(slot, _)| slot.0 == ns && &slot.1 == name)
+                .map(|(slot, uids)| ((slot.2.clone(), slot.3.clone()), uids.len()))
+                .collect();
+            (
+                name.clone(),
+                EndState {
+                    condition: crate::harness::finished(job),
+                    replicas,
+                    pods_per_index,
+                },
+            )
+        })
+        .collect()
+}
