@@ -126,8 +126,8 @@ def main():
                 done = True
                 break
             time.sleep(0.2)
-        # Let the last box's highlight fade before the picture.
-        time.sleep(0.5)
+        # Let the last box's highlight (0.8 s) fade before the picture.
+        time.sleep(1)
         dom = evaluate("document.documentElement.outerHTML") or ""
         shot = browser.send("Page.captureScreenshot", {"format": "png"}, session)
         with open(screenshot, "wb") as f:
