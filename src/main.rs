@@ -177,12 +177,30 @@ fn main() -> anyhow::Result<()> {
 /// with its own filter: the page sees the pipeline without it being printed.
 /// Without `--trace-ui` that layer is not installed at all.
 fn init_logging(args: &RunArgs, trace_ui: Option<&TraceUi>) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    let ansi = std::io::stdout().is_terminal();
+    log_subscriber(args, trace_ui, ansi, std::io::stdout)?
+        .try_init()
+        .map_err(|e| anyhow::anyhow!("failed to set up logging: {e}"))
+}
+
+/// The subscriber [`init_logging`] installs, writing to `writer`.
+fn log_subscriber<W>(
+    args: &RunArgs,
+    trace_ui: Option<&TraceUi>,
+    ansi: bool,
+    writer: W,
+) -> anyhow::Result<Box<dyn tracing::Subscriber + Send + Sync>>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let mut filter = log_filter(&args.log_level);
     if args.trace_pipeline {
         filter.push_str(",pipeline=debug");
     }
-    use std::io::IsTerminal;
-    let fmt = tracing_subscriber::fmt::layer().with_ansi(std::io::stdout().is_terminal());
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_ansi(ansi)
+        .with_writer(writer);
     let fmt = match args.log_format {
         LogFormat::Text => fmt.boxed(),
         LogFormat::Json => fmt
@@ -192,11 +210,10 @@ fn init_logging(args: &RunArgs, trace_ui: Option<&TraceUi>) -> anyhow::Result<()
     };
     let log = tracing_subscriber::registry()
         .with(fmt.with_filter(tracing_subscriber::EnvFilter::try_new(&filter)?));
-    match trace_ui {
-        None => log.try_init(),
-        Some(ui) => log.with(ui.layer()).try_init(),
-    }
-    .map_err(|e| anyhow::anyhow!("failed to set up logging: {e}"))
+    Ok(match trace_ui {
+        None => Box::new(log),
+        Some(ui) => Box::new(log.with(ui.layer())),
+    })
 }
 
 async fn run(
@@ -384,6 +401,77 @@ mod tests {
             LogFormat::Json
         ));
         assert!(run_args(&["--log-format=yaml"]).is_err());
+    }
+
+    /// Lines the operator's log subscriber printed.
+    #[derive(Clone, Default)]
+    struct Printed(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Printed {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Emits one pipeline event under the subscriber for `flags`: (whether
+    /// pipeline events were enabled at all, what was printed, what a trace
+    /// UI viewer received).
+    fn one_pipeline_event(flags: &[&str]) -> (bool, String, Vec<String>) {
+        let args = run_args(flags).unwrap();
+        let ui = args
+            .trace_ui
+            .addr()
+            .map(|_| TraceUi::new(CancellationToken::new()));
+        let mut viewer = ui.as_ref().map(TraceUi::subscribe);
+        let printed = Printed::default();
+        let sink = printed.clone();
+        let subscriber = log_subscriber(&args, ui.as_ref(), false, move || sink.clone()).unwrap();
+        let enabled = tracing::subscriber::with_default(subscriber, || {
+            tracing::debug!(target: "pipeline", stage = "4 handler", key = "ns/job", "key added to the workqueue");
+            tracing::enabled!(target: "pipeline", tracing::Level::DEBUG)
+        });
+        let received = std::iter::from_fn(|| viewer.as_mut()?.try_recv().ok())
+            .map(|m| m.to_string())
+            .collect();
+        let text = String::from_utf8(printed.0.lock().unwrap().clone()).unwrap();
+        (enabled, text, received)
+    }
+
+    #[test]
+    fn without_trace_flags_pipeline_events_are_not_even_enabled() {
+        let (enabled, printed, received) = one_pipeline_event(&[]);
+        assert!(!enabled, "the trace UI's layer must not be installed");
+        assert_eq!(printed, "");
+        assert!(received.is_empty());
+        assert_eq!(run_args(&[]).unwrap().trace_ui, BindAddress::Off);
+    }
+
+    #[test]
+    fn the_trace_ui_receives_pipeline_events_without_printing_them() {
+        let (enabled, printed, received) = one_pipeline_event(&["--trace-ui", "127.0.0.1:0"]);
+        assert!(enabled);
+        assert_eq!(printed, "", "--trace-ui alone prints no pipeline lines");
+        assert_eq!(received.len(), 1, "{received:?}");
+        assert!(received[0].contains(r#""key":"ns/job""#), "{received:?}");
+    }
+
+    #[test]
+    fn trace_pipeline_still_prints_with_or_without_the_trace_ui() {
+        for flags in [
+            &["--trace-pipeline"][..],
+            &["--trace-pipeline", "--trace-ui=:0"],
+        ] {
+            let (_, printed, received) = one_pipeline_event(flags);
+            assert!(
+                printed.contains("pipeline: key added to the workqueue stage=\"4 handler\""),
+                "{flags:?}: {printed}"
+            );
+            assert_eq!(received.len(), flags.len() - 1, "{flags:?}");
+        }
     }
 
     #[test]

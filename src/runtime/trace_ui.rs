@@ -92,6 +92,12 @@ impl TraceUi {
             .with_filter(Targets::new().with_target(TARGET, Level::DEBUG))
     }
 
+    /// A new viewer's end of the channel: every message from now on, or a
+    /// `Lagged` error counting those it fell too far behind to get.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
+        self.inner.sender.subscribe()
+    }
+
     /// Browsers connected right now.
     pub fn viewers(&self) -> usize {
         self.inner.sender.receiver_count()
@@ -196,7 +202,7 @@ pub async fn page() -> Response {
 
 /// `GET /events`: this viewer's server-sent events, until shutdown.
 pub async fn events(State(ui): State<TraceUi>) -> Response {
-    let stream = viewer_stream(ui.inner.sender.subscribe(), ui.inner.shutdown.clone());
+    let stream = viewer_stream(ui.subscribe(), ui.inner.shutdown.clone());
     tracing::info!(viewers = ui.viewers(), "trace UI: a viewer connected");
     Sse::new(stream.map(Ok::<_, Infallible>))
         .keep_alive(KeepAlive::default())

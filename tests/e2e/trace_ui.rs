@@ -48,7 +48,7 @@ fn text_of(html: &str, id: &str) -> Option<String> {
 }
 
 /// The boxes in the order a trail first reached each one.
-fn first_reached<'a>(trail: &'a str) -> Vec<&'a str> {
+fn first_reached(trail: &str) -> Vec<&str> {
     let mut seen = Vec::new();
     for step in trail.split(' ') {
         if !seen.contains(&step) {
