@@ -67,7 +67,7 @@ cluster-down: ## Stop the local control plane and remove its data
 	bash e2e/cluster.sh down
 
 .PHONY: e2e
-e2e: cluster-tools ## The end-to-end suite on a freshly started local control plane (torn down even on failure)
+e2e: cluster-tools chromium ## The end-to-end suite on a freshly started local control plane (torn down even on failure)
 	bash e2e/run-suite.sh
 
 # The fault-injection suite in full (tests/faults, docs/reliability.md): every
@@ -78,6 +78,23 @@ FAULT_ROUNDS ?= 20
 .PHONY: test-faults
 test-faults: cluster-tools ## The fault suite in full on a fresh local cluster (FAULT_SEED, FAULT_ROUNDS)
 	FAULTS_ONLY=1 FAULT_FULL=1 FAULT_SEED=$(FAULT_SEED) FAULT_ROUNDS=$(FAULT_ROUNDS) bash e2e/run-suite.sh
+
+.PHONY: test-ui
+test-ui: cluster-tools chromium ## The trace UI (--trace-ui) in headless Chromium (the running cluster, or a fresh one); screenshots in .cluster/trace-ui/
+	bash e2e/test-ui.sh
+
+# Headless Chromium for the trace UI's browser test (tests/e2e/trace_ui.rs):
+# Debian's package, installed when missing. CHROMIUM=/path names another build.
+.PHONY: chromium
+chromium:
+	@if [[ -n "$${CHROMIUM:-}" ]] || command -v chromium >/dev/null; then exit 0; fi; \
+	command -v apt-get >/dev/null \
+	  || { echo "chromium is missing and there is no apt-get: install Chromium, then CHROMIUM=/path/to/it make ..."; exit 1; }; \
+	sudo=; ((EUID == 0)) || sudo=sudo; \
+	echo "installing chromium (Debian's package) for the trace UI's browser test"; \
+	$$sudo apt-get update -qq; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	chromium --version
 
 .PHONY: test-observability
 test-observability: cluster-tools ## Metrics vs docs/metrics.md, every dashboard query and alert rule, on a real Prometheus (the running cluster, or a fresh one)
@@ -96,7 +113,7 @@ kueue-down: ## Stop Kueue and remove its webhooks
 	bash e2e/kueue.sh down
 
 .PHONY: demo
-demo: ## Build, start the local control plane, run the operator and examples/, watch them live (stays up)
+demo: ## Build, start the local control plane, run the operator (trace UI on) and examples/, watch them live (stays up)
 	bash e2e/demo.sh
 
 .PHONY: demo-down

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: build the operator, start the local control plane, install the
 # CRD, run the operator, apply every job in examples/ and show their progress
-# live. Leaves the cluster and the operator running for exploration.
+# live, with the trace UI on (--trace-ui: the pipeline, animated, in a
+# browser). Leaves the cluster and the operator running for exploration.
 #   demo.sh        the demo
 #   demo.sh down   stop the operator and the cluster
 set -euo pipefail
@@ -50,10 +51,28 @@ done
 stop_operator
 log "starting the operator (log: $D/logs/operator.log)"
 mkdir -p "$D/logs" "$D/pids"
+# TRACE_UI_ADDR picks the page's address (default: a free loopback port).
+log_lines_before=$(wc -l <"$D/logs/operator.log" 2>/dev/null || echo 0)
 setsid "$BIN" run --leader-elect=false \
   --metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0 \
+  --trace-ui "${TRACE_UI_ADDR:-127.0.0.1:0}" \
   >>"$D/logs/operator.log" 2>&1 </dev/null &
 echo $! >"$D/pids/operator.pid"
+# The operator logs the page's address once it is bound.
+UI_URL=
+for _ in $(seq 100); do
+  UI_URL=$(tail -n +"$((log_lines_before + 1))" "$D/logs/operator.log" \
+    | sed -n 's/.*serving the trace UI url=\(http[^ ]*\).*/\1/p' | head -n 1)
+  [[ -n "$UI_URL" ]] && break
+  kill -0 "$(cat "$D/pids/operator.pid")" 2>/dev/null || die "the operator exited: see $D/logs/operator.log"
+  sleep 0.1
+done
+[[ -n "$UI_URL" ]] || die "the operator did not report its trace UI address: see $D/logs/operator.log"
+log "the pipeline, live: open $UI_URL"
+if [[ -t 1 ]]; then
+  log "applying the examples in 5 s: open the page now to watch them arrive"
+  sleep 5
+fi
 
 kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 kubectl delete tfjobs --all -n "$NS" --wait=true >/dev/null 2>&1 || true
@@ -68,7 +87,9 @@ The cluster and the operator are still running. Explore:
   source $D/env          # KUBECONFIG and the matching kubectl/helm on PATH
   kubectl get tfjobs,pods,services -n $NS
   kubectl describe tfjob -n $NS <name>
+  kubectl delete tfjob -n $NS tfjob-simple && kubectl apply -n $NS -f examples/tfjob-simple.yaml
+                         # ...and watch it pass through the page's boxes
   tail -f $D/logs/operator.log
-Stop everything:
-  make demo-down
+
+open $UI_URL — the pipeline, live; stop everything with: make demo-down
 TXT

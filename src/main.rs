@@ -18,9 +18,15 @@ use tfjob_operator::runtime::logging::{FlatJson, log_filter};
 use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
 use tfjob_operator::runtime::metrics::build_info::{self, BuildInfo};
 use tfjob_operator::runtime::metrics::process::ProcessCollector;
+use tfjob_operator::runtime::server::HttpServer;
+use tfjob_operator::runtime::trace_ui::TraceUi;
 use tfjob_operator::tfjob::controller::{Options, setup};
 use tfjob_operator::tfjob::schema::{CRD_NAME, StatusSchema};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::Layer;
 use tracing_subscriber::fmt::format::JsonFields;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 #[derive(Parser)]
 #[command(
@@ -136,6 +142,11 @@ struct RunArgs {
     /// queue → worker → reconcile): the pipeline, live.
     #[arg(long, env = "TFJOB_TRACE_PIPELINE")]
     trace_pipeline: bool,
+    /// Serve a page at this address that draws the pipeline and animates
+    /// every event through it, live (same forms as the metrics address;
+    /// off by default).
+    #[arg(long, env = "TFJOB_TRACE_UI", value_name = "ADDR", default_value = "0")]
+    trace_ui: BindAddress,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -143,39 +154,88 @@ fn main() -> anyhow::Result<()> {
         Command::Crd => print!("{}", tfjob_operator::api::crd::crd_yaml()?),
         Command::Version => println!("tfjob-operator {}", env!("CARGO_PKG_VERSION")),
         Command::Run(args) => {
-            init_logging(&args)?;
+            // The trace UI's streams end when this fires (at the end of `run`).
+            let stop_trace_ui = CancellationToken::new();
+            let trace_ui = args
+                .trace_ui
+                .addr()
+                .map(|addr| (addr, TraceUi::new(stop_trace_ui.clone())));
+            init_logging(&args, trace_ui.as_ref().map(|(_, ui)| ui))?;
             let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(run(*args))?;
+            runtime.block_on(async {
+                let result = run(*args, trace_ui).await;
+                stop_trace_ui.cancel();
+                result
+            })?;
         }
     }
     Ok(())
 }
 
-fn init_logging(args: &RunArgs) -> anyhow::Result<()> {
+/// The log (filtered by `--zap-log-level`, plus the pipeline's lines with
+/// `--trace-pipeline`) and, with `--trace-ui`, the trace UI's layer beside it
+/// with its own filter: the page sees the pipeline without it being printed.
+/// Without `--trace-ui` that layer is not installed at all.
+fn init_logging(args: &RunArgs, trace_ui: Option<&TraceUi>) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    let ansi = std::io::stdout().is_terminal();
+    log_subscriber(args, trace_ui, ansi, std::io::stdout)?
+        .try_init()
+        .map_err(|e| anyhow::anyhow!("failed to set up logging: {e}"))
+}
+
+/// The subscriber [`init_logging`] installs, writing to `writer`.
+fn log_subscriber<W>(
+    args: &RunArgs,
+    trace_ui: Option<&TraceUi>,
+    ansi: bool,
+    writer: W,
+) -> anyhow::Result<Box<dyn tracing::Subscriber + Send + Sync>>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let mut filter = log_filter(&args.log_level);
     if args.trace_pipeline {
         filter.push_str(",pipeline=debug");
     }
-    use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_ansi(std::io::stdout().is_terminal())
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter)?);
-    match args.log_format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_ansi(ansi)
+        .with_writer(writer);
+    let fmt = match args.log_format {
+        LogFormat::Text => fmt.boxed(),
+        LogFormat::Json => fmt
             .fmt_fields(JsonFields::new())
             .event_format(FlatJson)
-            .try_init(),
-    }
-    .map_err(|e| anyhow::anyhow!("failed to set up logging: {e}"))
+            .boxed(),
+    };
+    let log = tracing_subscriber::registry()
+        .with(fmt.with_filter(tracing_subscriber::EnvFilter::try_new(&filter)?));
+    Ok(match trace_ui {
+        None => Box::new(log),
+        Some(ui) => Box::new(log.with(ui.layer())),
+    })
 }
 
-async fn run(args: RunArgs) -> anyhow::Result<()> {
+async fn run(
+    args: RunArgs,
+    trace_ui: Option<(std::net::SocketAddr, TraceUi)>,
+) -> anyhow::Result<()> {
     tracing::info!(
         ?args,
         "starting tfjob-operator {}",
         env!("CARGO_PKG_VERSION")
     );
+    // Bound first, so a taken port fails the start rather than the page later.
+    let trace_ui = match trace_ui {
+        Some((addr, ui)) => {
+            let server = HttpServer::bind_trace_ui(addr, ui).await?;
+            if let Some(at) = server.trace_ui_addr() {
+                tracing::info!(url = %format!("http://{at}/"), "serving the trace UI");
+            }
+            Some(server)
+        }
+        None => None,
+    };
     let config = kube::Config::infer()
         .await
         .context("failed to find cluster credentials: set KUBECONFIG or run in a Pod")?;
@@ -250,6 +310,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .then(|| Duration::from_secs(args.force_delete_stuck_pods_after_seconds)),
     };
     setup(&mut manager, InformerFactory::new(client), &options)?;
+    if let Some(server) = trace_ui {
+        // Serves until the manager shuts down (which cancels this token at
+        // the latest when `run` returns).
+        let stop = manager.shutdown_token();
+        tokio::spawn(async move {
+            if let Err(error) = server.serve(stop).await {
+                tracing::error!(error = %error, "trace UI server stopped");
+            }
+        });
+    }
     manager.run().await?;
     tracing::info!("stopped");
     Ok(())
@@ -331,6 +401,77 @@ mod tests {
             LogFormat::Json
         ));
         assert!(run_args(&["--log-format=yaml"]).is_err());
+    }
+
+    /// Lines the operator's log subscriber printed.
+    #[derive(Clone, Default)]
+    struct Printed(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Printed {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Emits one pipeline event under the subscriber for `flags`: (whether
+    /// pipeline events were enabled at all, what was printed, what a trace
+    /// UI viewer received).
+    fn one_pipeline_event(flags: &[&str]) -> (bool, String, Vec<String>) {
+        let args = run_args(flags).unwrap();
+        let ui = args
+            .trace_ui
+            .addr()
+            .map(|_| TraceUi::new(CancellationToken::new()));
+        let mut viewer = ui.as_ref().map(TraceUi::subscribe);
+        let printed = Printed::default();
+        let sink = printed.clone();
+        let subscriber = log_subscriber(&args, ui.as_ref(), false, move || sink.clone()).unwrap();
+        let enabled = tracing::subscriber::with_default(subscriber, || {
+            tracing::debug!(target: "pipeline", stage = "4 handler", key = "ns/job", "key added to the workqueue");
+            tracing::enabled!(target: "pipeline", tracing::Level::DEBUG)
+        });
+        let received = std::iter::from_fn(|| viewer.as_mut()?.try_recv().ok())
+            .map(|m| m.to_string())
+            .collect();
+        let text = String::from_utf8(printed.0.lock().unwrap().clone()).unwrap();
+        (enabled, text, received)
+    }
+
+    #[test]
+    fn without_trace_flags_pipeline_events_are_not_even_enabled() {
+        let (enabled, printed, received) = one_pipeline_event(&[]);
+        assert!(!enabled, "the trace UI's layer must not be installed");
+        assert_eq!(printed, "");
+        assert!(received.is_empty());
+        assert_eq!(run_args(&[]).unwrap().trace_ui, BindAddress::Off);
+    }
+
+    #[test]
+    fn the_trace_ui_receives_pipeline_events_without_printing_them() {
+        let (enabled, printed, received) = one_pipeline_event(&["--trace-ui", "127.0.0.1:0"]);
+        assert!(enabled);
+        assert_eq!(printed, "", "--trace-ui alone prints no pipeline lines");
+        assert_eq!(received.len(), 1, "{received:?}");
+        assert!(received[0].contains(r#""key":"ns/job""#), "{received:?}");
+    }
+
+    #[test]
+    fn trace_pipeline_still_prints_with_or_without_the_trace_ui() {
+        for flags in [
+            &["--trace-pipeline"][..],
+            &["--trace-pipeline", "--trace-ui=:0"],
+        ] {
+            let (_, printed, received) = one_pipeline_event(flags);
+            assert!(
+                printed.contains("pipeline: key added to the workqueue stage=\"4 handler\""),
+                "{flags:?}: {printed}"
+            );
+            assert_eq!(received.len(), flags.len() - 1, "{flags:?}");
+        }
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod protobuf;
 pub mod reflector;
 pub mod server;
 pub mod store;
+pub mod trace_ui;
 pub mod workqueue;
 
 pub use delta_fifo::{Delta, DeltaFifo, Deltas};

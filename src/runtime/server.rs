@@ -11,6 +11,10 @@
 //!   (and `kubectl wait`) to a process that is going away;
 //! - `/metrics` renders the shared registry in the OpenMetrics text format.
 //!
+//! With `--trace-ui`, one more listener serves the live pipeline view
+//! ([`crate::runtime::trace_ui`]): the page at `/`, its server-sent events
+//! at `/events`.
+//!
 //! Probes and metrics may share one address or use two. Listeners are bound
 //! up front ([`HttpServer::bind`]) so a port conflict fails the start, not a
 //! probe minutes later. This module serves state; it never changes it: the
@@ -28,6 +32,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::runtime::metrics::{SharedRegistry, encode};
+use crate::runtime::trace_ui::{self, TraceUi};
 
 /// Errors starting or running the HTTP server.
 #[derive(Debug, thiserror::Error)]
@@ -149,11 +154,20 @@ fn router(probes: bool, metrics_route: bool, state: AppState) -> Router {
     router.with_state(state)
 }
 
+/// The trace UI's routes (`--trace-ui`).
+fn trace_ui_router(ui: TraceUi) -> Router {
+    Router::new()
+        .route("/", get(trace_ui::page))
+        .route("/events", get(trace_ui::events))
+        .with_state(ui)
+}
+
 /// Bound listeners, ready to serve.
 pub struct HttpServer {
     listeners: Vec<(TcpListener, Router)>,
     probe_addr: Option<SocketAddr>,
     metrics_addr: Option<SocketAddr>,
+    trace_ui_addr: Option<SocketAddr>,
 }
 
 impl HttpServer {
@@ -201,6 +215,23 @@ impl HttpServer {
             listeners,
             probe_addr: bound_probe,
             metrics_addr: bound_metrics,
+            trace_ui_addr: None,
+        })
+    }
+
+    /// Binds the trace UI's listener alone (port 0 picks a free port: see
+    /// [`trace_ui_addr`](Self::trace_ui_addr)). Its event streams end when
+    /// the [`TraceUi`]'s shutdown token fires, so [`serve`](Self::serve)
+    /// can finish its graceful shutdown.
+    pub async fn bind_trace_ui(addr: SocketAddr, ui: TraceUi) -> Result<Self, ServerError> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Bind { addr, source })?;
+        Ok(Self {
+            trace_ui_addr: listener.local_addr().ok(),
+            listeners: vec![(listener, trace_ui_router(ui))],
+            probe_addr: None,
+            metrics_addr: None,
         })
     }
 
@@ -212,6 +243,11 @@ impl HttpServer {
     /// Where `/metrics` is served.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+
+    /// Where the trace UI is served.
+    pub fn trace_ui_addr(&self) -> Option<SocketAddr> {
+        self.trace_ui_addr
     }
 
     /// Serves until `shutdown`, then lets in-flight requests finish.

@@ -34,3 +34,4 @@ mod protobuf;
 mod sdk;
 mod smoke;
 mod tfjob;
+mod trace_ui;
