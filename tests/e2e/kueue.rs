@@ -516,6 +516,13 @@ async fn a_job_preempted_by_higher_priority_is_suspended_cleanly_and_resumes_lat
         "{:?}",
         job.status
     );
+    // Pods deleted by a suspension are not restarts counted against backoffLimit.
+    assert_eq!(
+        tfjob_operator::tfjob::bookkeeping::Bookkeeping::of(&job).total_restarts(),
+        0,
+        "restart counts after a preemption: {:?}",
+        job.metadata.annotations
+    );
     env.finish("low").await;
 
     let classes = kueue_api(
