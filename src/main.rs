@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use kube::api::{Api, ListParams};
 use tfjob_operator::api::TFJob;
 use tfjob_operator::runtime::InformerFactory;
+use tfjob_operator::runtime::client::fence::{WriteFence, WriteFenceLayer};
 use tfjob_operator::runtime::client::metrics::RestClientMetricsLayer;
 use tfjob_operator::runtime::client::{RateLimitLayer, RequestTimeoutLayer};
 use tfjob_operator::runtime::flags::{
@@ -246,8 +247,17 @@ async fn run(
         .unwrap_or_default();
     let rest_metrics = RestClientMetricsLayer::new(host);
     let timeout = RequestTimeoutLayer::new(Duration::from_secs(args.kube_api_timeout_seconds));
-    // Metrics outermost, so a request cut by its deadline is counted too.
+    // With leader election, writes go out only while our Lease is fresh
+    // (runtime::client::fence): a leader frozen and woken cannot write.
+    let fence = if args.leader_elect {
+        WriteFence::new()
+    } else {
+        WriteFence::open()
+    };
+    // Metrics outermost, so a request cut by its deadline or refused by the
+    // fence is counted too.
     let builder = kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&WriteFenceLayer::new(fence.clone()))
         .with_layer(&timeout)
         .with_layer(&rest_metrics);
     let client = if args.kube_api_qps > 0.0 {
@@ -264,7 +274,10 @@ async fn run(
             args.leader_election_namespace.as_deref(),
             Path::new(SERVICE_ACCOUNT_NAMESPACE),
         );
-        LeaderElectionConfig::new(&namespace, &args.leader_election_id)
+        LeaderElectionConfig {
+            fence,
+            ..LeaderElectionConfig::new(&namespace, &args.leader_election_id)
+        }
     });
     let mut manager = Manager::new(
         client.clone(),

@@ -19,6 +19,7 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
 
+pub mod fence;
 pub mod metrics;
 mod timeout;
 pub use timeout::*;

@@ -37,6 +37,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::client::fence::WriteFence;
+
 use crate::runtime::metrics::SharedRegistry;
 
 /// controller-runtime's default: how long a Lease is valid without renewal.
@@ -104,6 +106,11 @@ pub struct LeaderElectionConfig {
     pub retry_period: Duration,
     /// Clear the holder on a clean shutdown so a standby takes over at once.
     pub release_on_cancel: bool,
+    /// Granted on every successful acquire or renew until the renew
+    /// deadline, revoked on stepping down. Put it in front of the client
+    /// ([`crate::runtime::client::fence`]) and a frozen-then-woken leader
+    /// cannot write after its successor started.
+    pub fence: WriteFence,
 }
 
 impl LeaderElectionConfig {
@@ -117,6 +124,7 @@ impl LeaderElectionConfig {
             renew_deadline: DEFAULT_RENEW_DEADLINE,
             retry_period: DEFAULT_RETRY_PERIOD,
             release_on_cancel: true,
+            fence: WriteFence::new(),
         }
     }
 
@@ -342,6 +350,9 @@ impl LeaderElector {
     }
 
     fn set_leading(&self, leading: bool) {
+        if !leading {
+            self.config.fence.revoke();
+        }
         self.lock().leading = leading;
         self.status
             .get_or_create(&vec![("name".to_owned(), self.config.lease_name.clone())])
@@ -351,6 +362,19 @@ impl LeaderElector {
     /// One attempt: read the Lease, and write ourselves in if [`may_acquire`]
     /// allows. `Ok(false)` means someone else validly holds it (or won a race).
     pub async fn try_acquire_or_renew(&self) -> Result<bool, LeaderElectionError> {
+        // Writes are allowed for the renew deadline from the attempt's start
+        // (not its end): never longer than the holder loop would lead.
+        let started = Instant::now();
+        let won = self.attempt().await?;
+        if won {
+            self.config
+                .fence
+                .grant_until(started + self.config.renew_deadline);
+        }
+        Ok(won)
+    }
+
+    async fn attempt(&self) -> Result<bool, LeaderElectionError> {
         let name = &self.config.lease_name;
         let me = self.config.identity.as_str();
         let fetched = self
