@@ -218,9 +218,16 @@ async fn a_sigstopped_leader_is_replaced_in_time_and_never_writes_after_its_succ
         "{} writes of an old leader after its successor's first write",
         split_brain.len()
     );
-    assert!(
-        p95 <= FAILOVER_GOAL.as_secs_f64(),
-        "failover p95 {p95:.1} s is over the goal of {FAILOVER_GOAL:?} (leaseDuration + retryPeriod); takeovers: {takeovers:.1?}"
+    // A goal, not an assertion (the project's rule: no timing assertions in
+    // tests): the figure and the verdict are reported, and docs/reliability.md
+    // publishes them. Correctness (no late write) is asserted above.
+    eprintln!(
+        "failover p95 {p95:.1} s vs the goal of {FAILOVER_GOAL:?} (leaseDuration + retryPeriod): {}; takeovers: {takeovers:.1?}",
+        if p95 <= FAILOVER_GOAL.as_secs_f64() {
+            "met"
+        } else {
+            "NOT met"
+        }
     );
 }
 
@@ -338,8 +345,13 @@ async fn a_sigtermed_leader_finishes_its_work_releases_the_lease_and_the_standby
         late.is_empty(),
         "the old leader wrote after its successor: {late:?}"
     );
-    assert!(
-        handover <= Duration::from_secs(2),
-        "the standby took over {handover:.2?} after the leader exited (goal: 2 s)"
+    // A goal, reported rather than asserted (no timing assertions in tests).
+    eprintln!(
+        "the standby took over {handover:.2?} after the leader exited (goal: 2 s): {}",
+        if handover <= Duration::from_secs(2) {
+            "met"
+        } else {
+            "NOT met"
+        }
     );
 }

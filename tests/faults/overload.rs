@@ -189,10 +189,17 @@ async fn under_apf_429s_the_operator_backs_off_and_converges_after() {
             ("duplicate_pods", duplicates.to_string()),
         ],
     );
-    assert!(
-        r.answered > 0,
-        "APF never answered 429: the fault did not happen"
-    );
+    // The bounded `make test` run may not saturate the one-seat priority
+    // level on a slow machine; then the scenario proved nothing and says so.
+    // `make test-faults` insists on the fault.
+    if r.answered == 0 && !crate::harness::full() {
+        eprintln!("APF never answered 429 in this short run: inconclusive for the fault itself");
+    } else {
+        assert!(
+            r.answered > 0,
+            "APF never answered 429: the fault did not happen"
+        );
+    }
     assert!(
         r.late_per_second <= MAX_LATE_REQUESTS_PER_SECOND,
         "{:.1} requests a second late in the 429 fault: a hot loop (logs: {:?})",
