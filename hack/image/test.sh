@@ -25,11 +25,11 @@ version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
 passed=0 failed=0
 ok() { echo "ok: $*"; passed=$((passed + 1)); }
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
-check() { # check DESCRIPTION COMMAND...
-  local what=$1; shift
-  if "$@"; then ok "$what"; else fail "$what"; fi
-}
 work=$(mktemp -d)
+check() { # check DESCRIPTION COMMAND...: the command's output is shown only when it fails
+  local what=$1; shift
+  if "$@" >"$work/check.out" 2>&1; then ok "$what"; else fail "$what"; cat "$work/check.out"; fi
+}
 trap 'rm -rf "$work"' EXIT
 
 test_image() {
@@ -104,7 +104,8 @@ test_image() {
 
   # --- the dependency list cargo-auditable embedded, against Cargo.lock and the SBOM
   audit_info=$(hack/image/cargo-tool.sh rust-audit-info "$RUST_AUDIT_INFO_VERSION")
-  "$audit_info" "$bin" >"$work/$arch.audit.json"
+  "$audit_info" "$bin" >"$work/$arch.audit.json" 2>"$work/$arch.audit.err" \
+    || { cat "$work/$arch.audit.err"; echo '{"packages": []}' >"$work/$arch.audit.json"; }
   jq -r '.packages[] | "\(.name) \(.version)"' "$work/$arch.audit.json" | sort -u >"$work/$arch.audit.txt"
   python3 -c 'import sys, tomllib
 for p in tomllib.load(open(sys.argv[1], "rb"))["package"]:
