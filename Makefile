@@ -203,4 +203,4 @@ image-tools-arm64:
 deny: ## cargo deny check bans licenses sources (see deny.toml)
 	@source hack/image/versions.env; \
 	deny="$$(bash hack/image/cargo-tool.sh cargo-deny "$$CARGO_DENY_VERSION")"; \
-	PATH="$$(dirname "$$deny"):$$PATH" cargo deny --locked check bans licenses sources
+	PATH="$$(dirname "$$deny"):$$PATH" cargo deny --locked check --hide-inclusion-graph bans licenses sources
