@@ -34,7 +34,7 @@ trap 'rm -rf "$work"' EXIT
 
 test_image() {
   local arch=$1 dir=$base/$1 layout ref manifest_digest manifest blob layer layer_bytes
-  local bin rootfs out epoch again other audit_info sbom image_bytes bad_blobs
+  local bin rootfs out dns epoch again other audit_info sbom image_bytes bad_blobs
   echo "--- the $arch image in $dir"
   [[ -f $dir/oci/index.json ]] || { fail "no $arch image in $dir/oci: run 'make image' first"; return; }
   layout=$dir/oci
@@ -94,11 +94,38 @@ test_image() {
   check "'tfjob-operator version' runs from the image's root as 65532 (printed: $out)" \
     test "$out" == "tfjob-operator $version"
 
+  # Name resolution in a root with no NSS libraries: static glibc still reads
+  # /etc/hosts (which the kubelet mounts into every container). A kubeconfig
+  # naming apiserver.example on 127.0.0.1 port 1 must get as far as "connection
+  # refused"; without the hosts entry, the same run must fail to resolve.
+  if [[ $arch == amd64 && $(id -u) == 0 ]] && command -v openssl >/dev/null; then
+    dns=$work/$arch.dns
+    cp -a "$rootfs" "$dns"
+    mkdir -p "$dns/etc" "$dns/cfg"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout /dev/null \
+      -out "$work/ca.pem" -subj /CN=image-test -days 1 2>/dev/null
+    cat >"$dns/cfg/kubeconfig" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://apiserver.example:1", certificate-authority-data: "$(base64 -w0 "$work/ca.pem")"}}]
+users: [{name: u, user: {token: image-test}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+KUBECONFIG
+    chmod -R a+rX "$dns"
+    echo "127.0.0.1 apiserver.example" >"$dns/etc/hosts"
+    out=$(KUBECONFIG=/cfg/kubeconfig timeout 30 chroot --userspec=65532:65532 "$dns" /usr/local/bin/tfjob-operator run 2>&1 || true)
+    check "in the image, a kubeconfig's host name resolves through /etc/hosts" grep -q "Connection refused" <<<"$out"
+    rm "$dns/etc/hosts"
+    out=$(KUBECONFIG=/cfg/kubeconfig timeout 30 chroot --userspec=65532:65532 "$dns" /usr/local/bin/tfjob-operator run 2>&1 || true)
+    check "without the /etc/hosts entry the same name does not resolve" grep -q "failed to lookup address" <<<"$out"
+  fi
+
   # --- reproducible: the same binary at the same commit gives the same digest;
   # another SOURCE_DATE_EPOCH gives another (so the digest does track the input)
   epoch=$(git log -1 --format=%ct)
   again=$(SOURCE_DATE_EPOCH=$epoch hack/image/assemble.sh --arch "$arch" --binary "$dir/tfjob-operator" --out "$work/$arch.again" | awk '{print $3}')
-  check "a second assembly gives the same digest ($manifest_digest)" test "$again" == "$manifest_digest"
+  check "a second assembly gives the same digest ($manifest_digest; an image older than HEAD differs: make image)" test "$again" == "$manifest_digest"
   other=$(SOURCE_DATE_EPOCH=$((epoch + 1)) hack/image/assemble.sh --arch "$arch" --binary "$dir/tfjob-operator" --out "$work/$arch.other" | awk '{print $3}')
   check "another SOURCE_DATE_EPOCH gives another digest" test "$other" != "$manifest_digest"
 
