@@ -22,7 +22,7 @@
 # `skopeo copy oci:DIR:TAG docker://REGISTRY/tfjob-operator:TAG` pushes it.
 set -euo pipefail
 
-binary= out= arch=amd64 tag=
+binary='' out='' arch=amd64 tag=''
 while (($#)); do
   case $1 in
     --binary) binary=$2; shift 2 ;;

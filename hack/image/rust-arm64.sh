@@ -48,7 +48,7 @@ LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu\${LD_LIBRARY_PATH:+:\$LD_LIBRA
 WRAP
   chmod +x "$prefix/rustc"
   "$prefix/rustc" --version >&2
-  ls "$prefix/usr/lib/rustlib/aarch64-unknown-linux-gnu/lib/" | grep -q '^libstd-' \
+  compgen -G "$prefix/usr/lib/rustlib/aarch64-unknown-linux-gnu/lib/libstd-*.rlib" >/dev/null \
     || { echo "rust-arm64.sh: no aarch64 std in $prefix" >&2; exit 1; }
   touch "$prefix/.installed"
 fi
