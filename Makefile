@@ -18,7 +18,7 @@ help: ## List the targets
 test: lint unit crd-check proto-schema-check e2e ## Everything CI runs: lint, unit tests, CRD and protobuf-table drift checks, e2e on a fresh local cluster
 
 .PHONY: lint
-lint: fmt-check clippy chart-lint rules-check docker-lint ## cargo fmt --check, clippy -D warnings, the Helm chart and its alert rules, the Dockerfile
+lint: fmt-check clippy deny chart-lint rules-check docker-lint ## cargo fmt --check, clippy -D warnings, cargo deny, the Helm chart and its alert rules, the Dockerfile
 
 .PHONY: fmt-check
 fmt-check:
@@ -185,3 +185,52 @@ docker-lint: $(HADOLINT_VENV)/.installed ## hadolint the Dockerfile (every rule,
 bench-e2e: cluster-tools ## Side by side with Kubeflow's training-operator and the raw limit (fresh cluster; BENCH_JOBS=50 for a quick run)
 	bash e2e/peers.sh
 	bash e2e/bench.sh
+
+# ---------------------------------------------------------------- the image and the supply chain
+
+# The image is assembled without a container engine: a static binary
+# (cargo auditable, profile dist), its CycloneDX SBOM, and an OCI layout with
+# only that binary, written by umoci. Everything goes to $(CARGO_TARGET_DIR)/image/
+# (hack/image/build.sh says what is there); `skopeo copy
+# oci:$(CARGO_TARGET_DIR)/image/oci:VERSION docker://REGISTRY/tfjob-operator:VERSION`
+# pushes it. The cargo tools are pinned in hack/image/versions.env and installed
+# once into $(CACHE_DIR)/tools/ by hack/image/cargo-tool.sh.
+.PHONY: image
+image: image-tools ## Static release binary (cargo auditable) + CycloneDX SBOM + OCI image, in $CARGO_TARGET_DIR/image/
+	bash hack/image/build.sh
+
+.PHONY: image-test
+image-test: image ## Build the image, then check its config, layers, the binary in it, digest reproducibility, embedded deps and SBOM
+	bash hack/image/test.sh
+
+# amd64 and arm64 in one image index (oci:$(CARGO_TARGET_DIR)/image/oci:VERSION).
+# arm64 is compiled by Debian's rustc-web with its arm64 std (rustup cannot add
+# targets here; hack/image/rust-arm64.sh), linked by Debian's cross gcc, and run
+# under qemu-user-static by the test. A second full build: not part of `make test`.
+.PHONY: image-multiarch
+image-multiarch: image image-tools-arm64 ## amd64 + arm64 images joined in one image index, then checked (a second full build)
+	bash hack/image/build.sh --arch arm64
+	bash hack/image/multiarch.sh
+	bash hack/image/test.sh --multiarch
+
+# umoci, skopeo, the cross gcc and qemu are Debian packages: installed here when
+# missing (as root, as on the project's machines and CI).
+.PHONY: image-tools
+image-tools:
+	@command -v umoci >/dev/null && command -v skopeo >/dev/null \
+	  || { apt-get update -qq && apt-get install -y -qq umoci skopeo; }
+
+.PHONY: image-tools-arm64
+image-tools-arm64:
+	@command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64-static >/dev/null \
+	  && [[ -f /usr/aarch64-linux-gnu/lib/libc.a ]] \
+	  || { apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static; }
+
+# Licenses, bans (no OpenSSL, no wildcards) and sources (crates.io only), per
+# deny.toml. Not advisories: the RustSec database is not reachable from the
+# project's machines (deny.toml says why and what covers it instead).
+.PHONY: deny
+deny: ## cargo deny check bans licenses sources (see deny.toml)
+	@source hack/image/versions.env; \
+	deny="$$(bash hack/image/cargo-tool.sh cargo-deny "$$CARGO_DENY_VERSION")"; \
+	PATH="$$(dirname "$$deny"):$$PATH" cargo deny --locked check --hide-inclusion-graph bans licenses sources
