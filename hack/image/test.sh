@@ -91,7 +91,9 @@ test_image() {
     run_in_image() { "$bin" "$@"; }
   fi
   out=$(run_in_image version 2>&1 || true)
-  check "'tfjob-operator version' runs from the image's root as 65532 (printed: $out)" \
+  local how="from the image's root as 65532"
+  [[ $arch == arm64 ]] && how="under qemu-aarch64-static"
+  check "'tfjob-operator version' runs $how (printed: $out)" \
     test "$out" == "tfjob-operator $version"
 
   # Name resolution in a root with no NSS libraries: static glibc still reads
