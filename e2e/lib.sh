@@ -41,3 +41,26 @@ pick_port() {
     return
   done
 }
+
+# Runs the e2e tests matching FILTER against this worktree's local control
+# plane: the running cluster if there is one (left up), otherwise a fresh one
+# torn down afterwards, even on failure. For the `make test-*` targets that
+# run one part of the suite on its own.
+cluster_is_up() {
+  [[ -f "$TFJOB_CLUSTER_DIR/kubeconfig" ]] &&
+    "$(bin_dir)/kubectl" --kubeconfig "$TFJOB_CLUSTER_DIR/kubeconfig" --request-timeout=5s \
+      get --raw /readyz >/dev/null 2>&1
+}
+
+run_e2e_on_a_cluster() {
+  local filter="$1"
+  if cluster_is_up; then
+    log "using the running cluster in $TFJOB_CLUSTER_DIR"
+  else
+    # shellcheck disable=SC2064 # expand now: the path is fixed
+    trap "bash '$E2E_DIR/cluster.sh' down" EXIT
+    bash "$E2E_DIR/cluster.sh" up
+  fi
+  cd "$REPO_DIR"
+  cargo test --test e2e -- --ignored "$filter"
+}

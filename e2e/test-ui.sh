@@ -13,23 +13,9 @@ export LOG_TAG=test-ui
 source "$(dirname "$0")/lib.sh"
 export TFJOB_CLUSTER_DIR TFJOB_CACHE_DIR
 
-cluster_is_up() {
-  [[ -f "$TFJOB_CLUSTER_DIR/kubeconfig" ]] &&
-    "$(bin_dir)/kubectl" --kubeconfig "$TFJOB_CLUSTER_DIR/kubeconfig" --request-timeout=5s \
-      get --raw /readyz >/dev/null 2>&1
-}
-
 main() {
   local start=$SECONDS
-  if cluster_is_up; then
-    log "using the running cluster in $TFJOB_CLUSTER_DIR"
-  else
-    # shellcheck disable=SC2064 # expand now: the path is fixed
-    trap "bash '$E2E_DIR/cluster.sh' down" EXIT
-    bash "$E2E_DIR/cluster.sh" up
-  fi
-  cd "$REPO_DIR"
-  cargo test --test e2e -- --ignored trace_ui::
+  run_e2e_on_a_cluster trace_ui::
   log "done in $((SECONDS - start)) s; screenshots in $TFJOB_CLUSTER_DIR/trace-ui/"
 }
 
