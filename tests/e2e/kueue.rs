@@ -167,7 +167,9 @@ impl Env {
         let cqs = kueue_api(&client, "ClusterQueue", "clusterqueues", None);
         wait_until(
             &format!("ClusterQueue {cluster_queue} to be Active"),
-            Duration::from_secs(30),
+            // Kueue may still be reconnecting after another test restarted
+            // the API server: give it as long as the other waits here.
+            SLOW,
             || async {
                 let cq = cqs.get_opt(&cluster_queue).await.ok().flatten()?;
                 has_condition(&cq.data, "Active").then_some(())

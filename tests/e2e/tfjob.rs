@@ -516,7 +516,13 @@ async fn killing_the_operator_mid_creation_leaves_one_pod_per_index() {
     indexes.sort();
     indexes.dedup();
     assert_eq!(indexes.len(), 40, "exactly one Pod per index");
-    assert_eq!(env.job_services("big").await.len(), 40);
+    // The Services may still be being created when the last Pod runs.
+    let services = wait_until("40 Services", SLOW, || async {
+        let n = env.job_services("big").await.len();
+        (n >= 40).then_some(n)
+    })
+    .await;
+    assert_eq!(services, 40, "exactly one Service per index");
 }
 
 #[tokio::test]
