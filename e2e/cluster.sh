@@ -119,12 +119,19 @@ wait_for() {
 # port_in_use and pick_port: e2e/lib.sh.
 
 choose_ports() {
-  PICKED=()
-  ETCD_PORT=$(pick_port)
-  ETCD_PEER_PORT=$(pick_port)
-  APISERVER_PORT=$(pick_port)
-  KCM_PORT=$(pick_port)
-  SCHEDULER_PORT=$(pick_port)
+  # pick_port runs in a subshell here ($(...)), so its PICKED list cannot
+  # keep the five apart: draw again until they are distinct (a CI run once
+  # gave etcd and the scheduler the same port).
+  while :; do
+    ETCD_PORT=$(pick_port)
+    ETCD_PEER_PORT=$(pick_port)
+    APISERVER_PORT=$(pick_port)
+    KCM_PORT=$(pick_port)
+    SCHEDULER_PORT=$(pick_port)
+    local distinct
+    distinct=$(printf '%s\n' "$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$KCM_PORT" "$SCHEDULER_PORT" | sort -u | wc -l)
+    ((distinct == 5)) && break
+  done
   cat >"$D/ports" <<EOF
 ETCD_PORT=$ETCD_PORT
 ETCD_PEER_PORT=$ETCD_PEER_PORT
