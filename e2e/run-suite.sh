@@ -161,7 +161,15 @@ main() {
   # than a test waits — one CI run saw Kueue admit nothing for 90 s after such
   # a restart.
   log "running the Kueue e2e tests on their own"
-  cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" kueue:: || { local r=$?; ((rc != 0)) || rc=$r; }
+  if ! cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" kueue::; then
+    # Kueue (an external process) sometimes admits nothing after the API
+    # server was restarted under it: start it afresh once and run them again.
+    # Both runs' output stays in the log; a second failure fails the suite.
+    log "the Kueue tests failed: restarting Kueue and running them once more"
+    kueue_down
+    kueue_up
+    cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" kueue:: || { local r=$?; ((rc != 0)) || rc=$r; }
+  fi
   tests_done=$SECONDS
   kueue_down
   run_kubeflow_crd_phase || { local r=$?; ((rc != 0)) || rc=$r; }
