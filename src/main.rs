@@ -434,6 +434,14 @@ mod tests {
     /// pipeline events were enabled at all, what was printed, what a trace
     /// UI viewer received).
     fn one_pipeline_event(flags: &[&str]) -> (bool, String, Vec<String>) {
+        // tracing caches each callsite's interest process-wide and rebuilds
+        // it whenever a subscriber is created; two tests building subscribers
+        // at once race on that cache (a CI run saw the trace UI's "always"
+        // leak into the test without it), so these tests take turns.
+        static ONE_SUBSCRIBER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _turn = ONE_SUBSCRIBER_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let args = run_args(flags).unwrap();
         let ui = args
             .trace_ui
