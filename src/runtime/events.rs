@@ -19,6 +19,11 @@
 //!   - aggregation: a repeat of an event already written (same object, type,
 //!     reason and message) patches the existing Event's `count` and
 //!     `lastTimestamp` instead of creating another object.
+//! - [`EventRecorder::publish_counted`] records one event that stands for
+//!   `count` occurrences (a controller that did the same thing to several
+//!   objects in one pass, e.g. created a job's Pods): one write with that
+//!   `count` instead of one write per occurrence, which is what the
+//!   correlator's aggregation would leave after the fact, minus the writes.
 //!
 //! Both caches are bounded (4096 entries, oldest-inserted evicted first, a
 //! simpler policy than client-go's LRU). Unlike client-go, different messages
@@ -71,6 +76,9 @@ pub struct EventRecord {
     pub type_: EventType,
     pub reason: String,
     pub message: String,
+    /// How many occurrences this record stands for (at least 1): the
+    /// Event's `count` when created, added to it when aggregated.
+    pub count: i32,
     /// Wall-clock time of `publish`, written as first/last timestamp.
     pub at: Timestamp,
     /// Who reported it.
@@ -206,11 +214,25 @@ impl EventRecorder {
         reason: &str,
         message: impl Into<String>,
     ) {
+        self.publish_counted(obj, type_, reason, message, 1);
+    }
+
+    /// [`publish`](Self::publish) of one event standing for `count`
+    /// occurrences (written once, with that `count`).
+    pub fn publish_counted<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        type_: EventType,
+        reason: &str,
+        message: impl Into<String>,
+        count: i32,
+    ) {
         let record = EventRecord {
             involved: obj.object_ref(&()),
             type_,
             reason: reason.to_owned(),
             message: message.into(),
+            count: count.max(1),
             at: Timestamp::now(),
             source: self.source.clone(),
         };
@@ -259,6 +281,7 @@ mod tests {
             type_: EventType::Normal,
             reason: reason.into(),
             message: message.into(),
+            count: 1,
             at: Timestamp::UNIX_EPOCH,
             source: Arc::new(EventSourceInfo {
                 component: "tfjob-controller".into(),

@@ -22,6 +22,7 @@ use super::plan::PlanConfig;
 use super::read_your_writes::WrittenStatus;
 use super::reconcile::{JOB_NAME_INDEX, SyncError, TfJobReconciler};
 use super::schema::StatusSchema;
+use super::status_batch::DeferredStatus;
 
 /// The event source name on Events we write (Kubeflow's).
 pub const COMPONENT: &str = "tfjob-controller";
@@ -124,6 +125,7 @@ pub fn reconciler(
         },
         write_concurrency: options.write_concurrency,
         written: WrittenStatus::default(),
+        deferred: DeferredStatus::default(),
     }
 }
 

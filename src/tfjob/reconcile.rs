@@ -1,6 +1,8 @@
 //! One reconcile of one TFJob: **observe** (the job and its children from the
 //! informer caches) → **plan** (pure, [`super::plan`]) → **apply** (API writes,
-//! raising expectations first) → **status** (written only when it changed).
+//! raising expectations first) → **status** (written only when it changed,
+//! coalesced over [`super::status_batch::STATUS_BATCH_PERIOD`] unless someone
+//! waits for the change).
 //!
 //! This is sample-controller's `syncHandler` and Kubeflow's `ReconcileJobs`.
 //! Two rules it never breaks:
@@ -25,9 +27,11 @@ use crate::runtime::{CONTROLLER_UID_INDEX, Indexer, Object, ObjectKey};
 
 use super::bookkeeping::{ANNOTATION as BOOKKEEPING_ANNOTATION, Bookkeeping};
 use super::children::{child_selector, owner_reference};
+use super::creation_events::creation_event;
 use super::metrics::JobMetrics;
 use super::plan::{Action, Observed, Plan, PlanConfig, plan};
 use super::read_your_writes::WrittenStatus;
+use super::status_batch::{DeferredStatus, WriteStatus};
 
 /// How many creates or deletes one reconcile issues at once. A 500-worker
 /// job would take seconds one write at a time; the API server takes these
@@ -66,7 +70,26 @@ pub enum SyncError {
     },
 }
 
+/// The least a throttled reconcile waits, whatever the server's Retry-After
+/// says (client-go's `checkWait` waits at least a second, too).
+const MIN_THROTTLED_WAIT: Duration = Duration::from_secs(1);
+
 impl SyncError {
+    /// How long to wait if the API server throttled this write (429 Too Many
+    /// Requests): its Retry-After, at least [`MIN_THROTTLED_WAIT`].
+    pub fn throttled(&self) -> Option<Duration> {
+        let (SyncError::Write { source, .. }
+        | SyncError::Status { source, .. }
+        | SyncError::Bookkeeping { source, .. }) = self;
+        match source {
+            kube::Error::Api(status) if status.code == 429 => {
+                let secs = status.details.as_ref().map_or(0, |d| d.retry_after_seconds);
+                Some(Duration::from_secs(u64::from(secs)).max(MIN_THROTTLED_WAIT))
+            }
+            _ => None,
+        }
+    }
+
     /// A stable label for metrics.
     pub fn category(&self) -> &'static str {
         match self {
@@ -101,6 +124,8 @@ pub struct TfJobReconciler {
     pub write_concurrency: usize,
     /// Our own recent status writes, for reading them before the cache has them.
     pub written: WrittenStatus,
+    /// Status changes planned but waiting to be written with the next ones.
+    pub deferred: DeferredStatus,
 }
 
 impl TfJobReconciler {
@@ -111,9 +136,13 @@ impl TfJobReconciler {
         let Some(cached) = self.jobs.get(key) else {
             self.expectations.forget(key);
             self.written.forget(key);
+            self.deferred.forget(key);
             return Ok(None);
         };
-        let job = self.written.newest(key, cached);
+        // As stored (or as our last write left it), and with the status we
+        // planned but have not written yet over it, to plan from.
+        let stored = self.written.newest(key, cached);
+        let job = self.deferred.overlay(key, stored.clone());
         if !self.expectations.satisfied(key) {
             // The informer will enqueue the job again as it observes our
             // writes; the requeue is only a safety net for a lost event.
@@ -143,7 +172,7 @@ impl TfJobReconciler {
             pods = pods.len(),
             services = services.len(),
             writes = plan.actions.len(),
-            status_changed = job.status.as_ref() != Some(&plan.status),
+            status_changed = stored.status.as_ref() != Some(&plan.status),
             requeue_after = ?plan.requeue_after,
             "observed the cache, planned"
         );
@@ -152,16 +181,16 @@ impl TfJobReconciler {
         // deleted, so a crash or conflict in between never loses or
         // double-counts it (see `super::bookkeeping`). If it cannot be
         // written, nothing else is: the next pass plans again.
-        let job = match &plan.bookkeeping {
+        let (job, stored) = match &plan.bookkeeping {
             Some(books) => match self.write_bookkeeping(key, &job, books).await {
-                Ok(updated) => updated,
+                Ok(updated) => (updated.clone(), updated),
                 Err(SyncError::Bookkeeping { source, .. }) if is_conflict(&source) => {
                     tracing::debug!(%key, "job changed since it was cached; waiting for the newer version");
                     return Ok(Some(CONFLICT_RETRY));
                 }
-                Err(e) => return Err(e),
+                Err(e) => return e.throttled().map(Some).ok_or(e),
             },
-            None => job,
+            None => (job, stored),
         };
 
         // Apply, then write status. Events first: they explain the writes.
@@ -174,7 +203,16 @@ impl TfJobReconciler {
             );
         }
         let applied = self.apply(key, &job, &plan).await;
-        match self.write_status(key, &job, &plan).await {
+        // Throttled (429, e.g. API Priority and Fairness): what was written
+        // stays written (expectations count it), the rest waits as long as
+        // the server asked, and the status goes out on that pass.
+        if let Err(e) = &applied
+            && let Some(wait) = e.throttled()
+        {
+            tracing::debug!(%key, ?wait, "throttled by the API server; trying again when it asked");
+            return Ok(Some(wait));
+        }
+        let status_due = match self.write_status(key, &stored, &plan).await {
             // Our cached copy was older than the server's: the watch event
             // for the newer version is on its way and will enqueue the job
             // again, so this is not an error worth a backoff. The short
@@ -184,10 +222,17 @@ impl TfJobReconciler {
                 applied?;
                 return Ok(Some(CONFLICT_RETRY));
             }
+            Err(e) if e.throttled().is_some() => {
+                applied?;
+                return Ok(e.throttled());
+            }
             other => other?,
-        }
+        };
         applied?;
-        Ok(plan.requeue_after)
+        Ok(match (plan.requeue_after, status_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
     }
 
     /// The job's children: those it controls whose labels still match, plus
@@ -291,16 +336,59 @@ impl TfJobReconciler {
         let writes: Vec<_> = plan
             .actions
             .iter()
-            .map(|action| self.apply_one(key, job, action, &pods, &services, &jobs))
+            .enumerate()
+            .map(|(i, action)| {
+                let write = self.apply_one(key, job, action, &pods, &services, &jobs);
+                async move { (i, write.await) }
+            })
             .collect();
-        let results: Vec<Result<(), SyncError>> = futures::stream::iter(writes)
-            .buffer_unordered(self.write_concurrency.max(1))
-            .collect()
-            .await;
-        results.into_iter().find(Result::is_err).unwrap_or(Ok(()))
+        let mut results: Vec<(usize, Result<Option<Created>, SyncError>)> =
+            futures::stream::iter(writes)
+                .buffer_unordered(self.write_concurrency.max(1))
+                .collect()
+                .await;
+        // In the plan's order (replica type, then index), whatever order the
+        // concurrent writes finished in.
+        results.sort_by_key(|(i, _)| *i);
+        let (mut created_pods, mut created_services) = (Vec::new(), Vec::new());
+        let mut first_error = Ok(());
+        for (_, result) in results {
+            match result {
+                Ok(Some(Created::Pod(name))) => created_pods.push(name),
+                Ok(Some(Created::Service(name))) => created_services.push(name),
+                Ok(None) => {}
+                Err(e) => {
+                    if first_error.is_ok() {
+                        first_error = Err(e);
+                    }
+                }
+            }
+        }
+        // One Event per kind for the whole pass (see `super::creation_events`).
+        for (kind, reason, names) in [
+            ("pod", event::SUCCESSFUL_CREATE_POD, &created_pods),
+            (
+                "service",
+                event::SUCCESSFUL_CREATE_SERVICE,
+                &created_services,
+            ),
+        ] {
+            if let Some((message, count)) = creation_event(kind, names) {
+                self.recorder.publish_counted(
+                    job.as_ref(),
+                    crate::runtime::events::EventType::Normal,
+                    reason,
+                    message,
+                    count,
+                );
+            }
+        }
+        first_error
     }
 
-    /// Creates one child, recording an Event either way. A child that
+    /// Creates one child and returns its name if it was created (the pass
+    /// records one Event for all its creates, [`super::creation_events`]); a
+    /// failure gets its own Warning at once. A child that
     /// already exists (409) was created by an earlier run whose informer had
     /// not caught up: it will be observed (or adopted) like any other, so it
     /// is not an error; its expectation is lowered since no create will be seen.
@@ -311,26 +399,26 @@ impl TfJobReconciler {
         api: &Api<K>,
         child: &K,
         kind: &'static str,
-        (created, failed): (&'static str, &'static str),
-    ) -> Result<(), SyncError>
+        failed: &'static str,
+    ) -> Result<Option<String>, SyncError>
     where
         K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
     {
         let name = child_name(child);
         match api.create(&PostParams::default(), child).await {
-            Ok(_) => {
-                self.recorder
-                    .normal(job, created, format!("Created {kind}: {name}"));
-                Ok(())
-            }
+            Ok(_) => Ok(Some(name)),
             Err(e) if is_status(&e, 409) => {
                 self.expectations.creation_failed(key);
-                Ok(())
+                Ok(None)
             }
             Err(source) => {
                 self.expectations.creation_failed(key);
-                self.recorder
-                    .warning(job, failed, format!("Error creating: {source}"));
+                // Throttling is not the user's failure to read about, and an
+                // Event would be one more request to a server that asked for fewer.
+                if !is_status(&source, 429) {
+                    self.recorder
+                        .warning(job, failed, format!("Error creating: {source}"));
+                }
                 Err(write_error("create", kind, name, source))
             }
         }
@@ -344,121 +432,144 @@ impl TfJobReconciler {
         pods: &Api<Pod>,
         services: &Api<Service>,
         jobs: &Api<TFJob>,
-    ) -> Result<(), SyncError> {
+    ) -> Result<Option<Created>, SyncError> {
         let job = job.as_ref();
         match action {
-            Action::CreatePod(pod) => {
-                let reasons = (event::SUCCESSFUL_CREATE_POD, event::FAILED_CREATE_POD);
-                self.create_child(key, job, pods, pod, "pod", reasons).await
-            }
+            Action::CreatePod(pod) => self
+                .create_child(key, job, pods, pod, "pod", event::FAILED_CREATE_POD)
+                .await
+                .map(|c| c.map(Created::Pod)),
             Action::CreateService(svc) => {
-                let reasons = (
-                    event::SUCCESSFUL_CREATE_SERVICE,
-                    event::FAILED_CREATE_SERVICE,
-                );
-                self.create_child(key, job, services, svc, "service", reasons)
+                let failed = event::FAILED_CREATE_SERVICE;
+                self.create_child(key, job, services, svc, "service", failed)
                     .await
+                    .map(|c| c.map(Created::Service))
             }
-            Action::DeletePod { name, uid, force } => {
-                let params = DeleteParams {
-                    preconditions: uid.clone().map(|uid| Preconditions {
-                        uid: Some(uid),
-                        resource_version: None,
-                    }),
-                    grace_period_seconds: force.then_some(0),
-                    ..DeleteParams::default()
-                };
-                match pods.delete(name, &params).await {
-                    Ok(_) if *force => {
-                        self.recorder.warning(
-                            job,
-                            event::FORCE_DELETED_POD,
-                            format!(
-                                "Force-deleted pod: {name} (disrupted, and still terminating after its grace period: its node stopped responding)"
-                            ),
-                        );
-                        Ok(())
-                    }
-                    Ok(_) => {
-                        self.recorder.normal(
-                            job,
-                            event::SUCCESSFUL_DELETE_POD,
-                            format!("Deleted pod: {name}"),
-                        );
-                        Ok(())
-                    }
-                    // Already gone (404) or replaced by a newer Pod (409 on the
-                    // uid precondition): nothing left to delete.
-                    Err(e) if is_status(&e, 404) || is_status(&e, 409) => {
-                        if let Some(uid) = uid {
-                            self.expectations.deletion_failed(key, uid);
-                        }
-                        Ok(())
-                    }
-                    Err(source) => {
-                        if let Some(uid) = uid {
-                            self.expectations.deletion_failed(key, uid);
-                        }
-                        self.recorder.warning(
-                            job,
-                            event::FAILED_DELETE_POD,
-                            format!("Error deleting: {source}"),
-                        );
-                        Err(write_error("delete", "pod", name.clone(), source))
-                    }
-                }
+            Action::DeletePod { name, uid, force } => self
+                .delete_pod(key, job, pods, name, uid.as_deref(), *force)
+                .await
+                .map(|()| None),
+            Action::DeleteService { name } => self
+                .delete_service(job, services, name)
+                .await
+                .map(|()| None),
+            Action::DeleteJob => self.delete_job(job, jobs).await.map(|()| None),
+        }
+    }
+
+    async fn delete_pod(
+        &self,
+        key: &ObjectKey,
+        job: &TFJob,
+        pods: &Api<Pod>,
+        name: &str,
+        uid: Option<&str>,
+        force: bool,
+    ) -> Result<(), SyncError> {
+        let params = DeleteParams {
+            preconditions: uid.map(|uid| Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            grace_period_seconds: force.then_some(0),
+            ..DeleteParams::default()
+        };
+        match pods.delete(name, &params).await {
+            Ok(_) if force => {
+                self.recorder.warning(
+                    job,
+                    event::FORCE_DELETED_POD,
+                    format!(
+                        "Force-deleted pod: {name} (disrupted, and still terminating after its grace period: its node stopped responding)"
+                    ),
+                );
+                Ok(())
             }
-            Action::DeleteService { name } => {
-                match services.delete(name, &DeleteParams::default()).await {
-                    Ok(_) => {
-                        self.recorder.normal(
-                            job,
-                            event::SUCCESSFUL_DELETE_SERVICE,
-                            format!("Deleted service: {name}"),
-                        );
-                        Ok(())
-                    }
-                    Err(e) if is_status(&e, 404) => Ok(()),
-                    Err(source) => {
-                        self.recorder.warning(
-                            job,
-                            event::FAILED_DELETE_SERVICE,
-                            format!("Error deleting: {source}"),
-                        );
-                        Err(write_error("delete", "service", name.clone(), source))
-                    }
-                }
+            Ok(_) => {
+                self.recorder.normal(
+                    job,
+                    event::SUCCESSFUL_DELETE_POD,
+                    format!("Deleted pod: {name}"),
+                );
+                Ok(())
             }
-            Action::DeleteJob => {
-                let name = job.metadata.name.clone().unwrap_or_default();
-                let params = DeleteParams {
-                    preconditions: job.metadata.uid.clone().map(|uid| Preconditions {
-                        uid: Some(uid),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::background()
-                };
-                match jobs.delete(&name, &params).await {
-                    Ok(_) => {
-                        self.metrics
-                            .record_deleted(job.metadata.namespace.as_deref().unwrap_or_default());
-                        self.recorder.normal(
-                            job,
-                            event::SUCCESSFUL_DELETE_JOB,
-                            format!("Deleted job: {name} (ttlSecondsAfterFinished passed)"),
-                        );
-                        Ok(())
-                    }
-                    Err(e) if is_status(&e, 404) => Ok(()),
-                    Err(source) => {
-                        self.recorder.warning(
-                            job,
-                            event::FAILED_DELETE_JOB,
-                            format!("Error deleting: {source}"),
-                        );
-                        Err(write_error("delete", "tfjob", name, source))
-                    }
+            // Already gone (404) or replaced by a newer Pod (409 on the
+            // uid precondition): nothing left to delete.
+            Err(e) if is_status(&e, 404) || is_status(&e, 409) => {
+                if let Some(uid) = uid {
+                    self.expectations.deletion_failed(key, uid);
                 }
+                Ok(())
+            }
+            Err(source) => {
+                if let Some(uid) = uid {
+                    self.expectations.deletion_failed(key, uid);
+                }
+                self.recorder.warning(
+                    job,
+                    event::FAILED_DELETE_POD,
+                    format!("Error deleting: {source}"),
+                );
+                Err(write_error("delete", "pod", name.to_owned(), source))
+            }
+        }
+    }
+
+    async fn delete_service(
+        &self,
+        job: &TFJob,
+        services: &Api<Service>,
+        name: &str,
+    ) -> Result<(), SyncError> {
+        match services.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {
+                self.recorder.normal(
+                    job,
+                    event::SUCCESSFUL_DELETE_SERVICE,
+                    format!("Deleted service: {name}"),
+                );
+                Ok(())
+            }
+            Err(e) if is_status(&e, 404) => Ok(()),
+            Err(source) => {
+                self.recorder.warning(
+                    job,
+                    event::FAILED_DELETE_SERVICE,
+                    format!("Error deleting: {source}"),
+                );
+                Err(write_error("delete", "service", name.to_owned(), source))
+            }
+        }
+    }
+
+    async fn delete_job(&self, job: &TFJob, jobs: &Api<TFJob>) -> Result<(), SyncError> {
+        let name = job.metadata.name.clone().unwrap_or_default();
+        let params = DeleteParams {
+            preconditions: job.metadata.uid.clone().map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        match jobs.delete(&name, &params).await {
+            Ok(_) => {
+                self.metrics
+                    .record_deleted(job.metadata.namespace.as_deref().unwrap_or_default());
+                self.recorder.normal(
+                    job,
+                    event::SUCCESSFUL_DELETE_JOB,
+                    format!("Deleted job: {name} (ttlSecondsAfterFinished passed)"),
+                );
+                Ok(())
+            }
+            Err(e) if is_status(&e, 404) => Ok(()),
+            Err(source) => {
+                self.recorder.warning(
+                    job,
+                    event::FAILED_DELETE_JOB,
+                    format!("Error deleting: {source}"),
+                );
+                Err(write_error("delete", "tfjob", name, source))
             }
         }
     }
@@ -497,7 +608,10 @@ impl TfJobReconciler {
         }
     }
 
-    /// Writes the planned status if it differs from the cached one. The
+    /// Writes the planned status over `job` (as stored) if it differs, now
+    /// or, when nobody waits for the change, together with the changes that
+    /// follow within the batch period ([`DeferredStatus`]); returns when to
+    /// look again for a write that waits. The
     /// cached resourceVersion makes it a compare-and-swap: if the job changed
     /// since we read it, the write fails with 409 and the reconcile is
     /// retried against the newer object, so a stale cache never overwrites
@@ -507,9 +621,12 @@ impl TfJobReconciler {
         key: &ObjectKey,
         job: &Arc<TFJob>,
         plan: &Plan,
-    ) -> Result<(), SyncError> {
-        if job.status.as_ref() == Some(&plan.status) {
-            return Ok(());
+    ) -> Result<Option<Duration>, SyncError> {
+        let now = tokio::time::Instant::now();
+        match self.deferred.decide(key, job, &plan.status, now) {
+            WriteStatus::Unchanged => return Ok(None),
+            WriteStatus::Within(due) => return Ok(Some(due)),
+            WriteStatus::Now => {}
         }
         let namespace = job.metadata.namespace.clone().unwrap_or_default();
         let api: Api<TFJob> = Api::namespaced(self.client.clone(), &namespace);
@@ -527,7 +644,8 @@ impl TfJobReconciler {
                 if let Some(before) = job.metadata.resource_version.as_deref() {
                     self.written.remember(key, before, stored);
                 }
-                Ok(())
+                self.deferred.forget(key);
+                Ok(None)
             }
             Err(source) => Err(SyncError::Status {
                 key: key.clone(),
@@ -565,6 +683,12 @@ fn log_state_change(
     }
 }
 
+/// A child one write created, by name (for the pass's creation Events).
+enum Created {
+    Pod(String),
+    Service(String),
+}
+
 fn child_name<K: Resource>(obj: &K) -> String {
     obj.meta().name.clone().unwrap_or_default()
 }
@@ -588,5 +712,41 @@ fn event_type(warning: bool) -> crate::runtime::events::EventType {
         crate::runtime::events::EventType::Warning
     } else {
         crate::runtime::events::EventType::Normal
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn write_error_with(code: u16, retry_after_seconds: Option<u32>) -> SyncError {
+        let mut status = Status::failure("slow down", "TooManyRequests").with_code(code);
+        if let Some(secs) = retry_after_seconds {
+            status.details = Some(kube::core::response::StatusDetails {
+                retry_after_seconds: secs,
+                ..Default::default()
+            });
+        }
+        write_error(
+            "create",
+            "pod",
+            "p".into(),
+            kube::Error::Api(status.boxed()),
+        )
+    }
+
+    #[test]
+    fn a_throttled_write_waits_the_servers_retry_after_and_at_least_a_second() {
+        assert_eq!(
+            write_error_with(429, Some(3)).throttled(),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            write_error_with(429, None).throttled(),
+            Some(MIN_THROTTLED_WAIT)
+        );
+        assert_eq!(write_error_with(500, Some(3)).throttled(), None);
+        assert_eq!(write_error_with(409, None).throttled(), None);
     }
 }

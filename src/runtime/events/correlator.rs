@@ -174,7 +174,8 @@ impl TokenBucket {
 pub enum Decision {
     /// First of its kind: create a new Event.
     Create,
-    /// A repeat of the Event `name` in `namespace`: set its count to `count`.
+    /// A repeat of the Event `name` in `namespace`: set its count to `count`
+    /// (the written count plus the repeat's own).
     Patch {
         namespace: String,
         name: String,
@@ -233,7 +234,7 @@ impl EventCorrelator {
             Some(w) => Decision::Patch {
                 namespace: w.namespace.clone(),
                 name: w.name.clone(),
-                count: w.count.saturating_add(1),
+                count: w.count.saturating_add(event.count.max(1)),
             },
             None => Decision::Create,
         }
@@ -288,6 +289,23 @@ mod tests {
                 namespace: "ns".into(),
                 name: "a.1".into(),
                 count: 3
+            }
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_repeat_standing_for_several_occurrences_adds_them_all_to_the_count() {
+        let mut c = EventCorrelator::default();
+        let mut e = event_about("a", "SuccessfulCreatePod", "Created 4 pods");
+        e.count = 4;
+        assert_eq!(c.correlate(&e, Instant::now()), Decision::Create);
+        c.written(&e, "ns", "a.1", 4);
+        assert_eq!(
+            c.correlate(&e, Instant::now()),
+            Decision::Patch {
+                namespace: "ns".into(),
+                name: "a.1".into(),
+                count: 8
             }
         );
     }

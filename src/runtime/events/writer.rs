@@ -305,7 +305,8 @@ impl EventBroadcaster {
                 object: event.display_object(),
                 source,
             })?;
-        self.correlator.written(event, &namespace, &name, 1);
+        self.correlator
+            .written(event, &namespace, &name, event.count.max(1));
         Ok(())
     }
 }
@@ -331,7 +332,7 @@ fn build_event(event: &EventRecord, namespace: &str, name: &str) -> Event {
         reason: Some(event.reason.clone()),
         message: Some(event.message.clone()),
         type_: Some(event.type_.as_str().to_owned()),
-        count: Some(1),
+        count: Some(event.count.max(1)),
         first_timestamp: Some(Time(event.at)),
         last_timestamp: Some(Time(event.at)),
         source: Some(EventSource {
@@ -488,6 +489,13 @@ mod tests {
         assert_eq!(when("f"), Some(2 * WRITE_RETRY_PAUSE));
         let text = crate::runtime::metrics::encode(&registry);
         assert!(text.contains("events_write_failures_total 0"), "{text}");
+    }
+
+    #[test]
+    fn a_new_event_standing_for_several_occurrences_is_created_with_their_count() {
+        let mut e = event_about("job", "SuccessfulCreatePod", "Created 4 pods");
+        e.count = 4;
+        assert_eq!(build_event(&e, "ns", "job.1").count, Some(4));
     }
 
     #[test]
