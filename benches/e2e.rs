@@ -43,6 +43,7 @@ use anyhow::{Context, anyhow, bail};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
+use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
@@ -79,6 +80,9 @@ const KUBEFLOW_NS: &str = "kubeflow";
 struct Settings {
     cluster_dir: PathBuf,
     operator_bin: PathBuf,
+    /// Another build of our operator, run as the peer `ours-base` (e.g. the
+    /// commit before a change, for a before/after in one run).
+    base_operator_bin: Option<PathBuf>,
     kubeflow_dir: PathBuf,
     kubeflow_version: String,
     out: PathBuf,
@@ -122,6 +126,7 @@ impl Settings {
             operator_bin: std::env::var_os("BENCH_OPERATOR_BIN")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| target.join("release/tfjob-operator")),
+            base_operator_bin: std::env::var_os("BENCH_BASE_OPERATOR_BIN").map(PathBuf::from),
             kubeflow_dir: std::env::var_os("BENCH_KUBEFLOW_DIR")
                 .map(PathBuf::from)
                 .context("BENCH_KUBEFLOW_DIR is not set (make bench-e2e sets it from e2e/peers.sh --dir)")?,
@@ -225,8 +230,22 @@ fn workloads(s: &Settings) -> Vec<Workload> {
 
 #[derive(Clone, Copy, Debug)]
 enum PeerKind {
-    TrainingOperator { qps: u32, burst: u32, threads: u32 },
-    Ours { qps: u32, burst: u32, workers: u32 },
+    TrainingOperator {
+        qps: u32,
+        burst: u32,
+        threads: u32,
+    },
+    Ours {
+        qps: u32,
+        burst: u32,
+        workers: u32,
+    },
+    /// Ours with a client-side limit equal to the request rate the peers
+    /// `of` (the first that ran in this workload) were measured sending.
+    OursAtRateOf {
+        of: &'static [&'static str],
+        workers: u32,
+    },
     Raw,
 }
 
@@ -235,7 +254,24 @@ struct Peer {
     id: &'static str,
     label: &'static str,
     kind: PeerKind,
+    /// Run under an API Priority and Fairness cap for the peer's user
+    /// ([`install_apf_cap`]).
+    apf: bool,
 }
+
+/// The API Priority and Fairness objects that cap the peer's user in the
+/// `*-apf` runs: a PriorityLevel with the least concurrency this API server
+/// gives any level (1 share of the server's 600 seats among the default
+/// levels' 245 shares: 3 seats), lending and borrowing nothing, queueing
+/// what does not fit (one queue, 50 deep: a request beyond that is refused
+/// with 429); the FlowSchema puts every request of `bench-peer` there. APF
+/// exempts `system:masters` (only the `exempt` FlowSchema may have
+/// precedence 1, and it matches that group), which is `bench-peer`'s group
+/// in the other runs, so these runs use a certificate of their own for the
+/// same user in group [`APF_GROUP`] ([`apf_identity`]).
+const APF_LEVEL: &str = "bench-peer-cap";
+const APF_QUEUE_LENGTH: u32 = 50;
+const APF_GROUP: &str = "bench-peers";
 
 fn peers(s: &Settings) -> Vec<Peer> {
     let all = [
@@ -247,6 +283,7 @@ fn peers(s: &Settings) -> Vec<Peer> {
                 burst: 30,
                 threads: 1,
             },
+            apf: false,
         },
         Peer {
             id: "training-operator-matched",
@@ -256,6 +293,7 @@ fn peers(s: &Settings) -> Vec<Peer> {
                 burst: MATCHED_BURST,
                 threads: MATCHED_WORKERS,
             },
+            apf: false,
         },
         Peer {
             id: "ours-default",
@@ -265,6 +303,17 @@ fn peers(s: &Settings) -> Vec<Peer> {
                 burst: 30,
                 workers: 4,
             },
+            apf: false,
+        },
+        Peer {
+            id: "ours-base",
+            label: "tfjob-operator, BENCH_BASE_OPERATOR_BIN's build (defaults)",
+            kind: PeerKind::Ours {
+                qps: 0,
+                burst: 30,
+                workers: 4,
+            },
+            apf: false,
         },
         Peer {
             id: "ours-matched",
@@ -274,11 +323,42 @@ fn peers(s: &Settings) -> Vec<Peer> {
                 burst: MATCHED_BURST,
                 workers: MATCHED_WORKERS,
             },
+            apf: false,
+        },
+        Peer {
+            id: "ours-at-to-rate",
+            label: "tfjob-operator (4 workers, client QPS = training-operator's measured request rate)",
+            kind: PeerKind::OursAtRateOf {
+                of: &["training-operator-matched", "training-operator-default"],
+                workers: MATCHED_WORKERS,
+            },
+            apf: false,
+        },
+        Peer {
+            id: "training-operator-apf",
+            label: "training-operator (4 threads, QPS 20/30, under an APF cap of 3 seats)",
+            kind: PeerKind::TrainingOperator {
+                qps: MATCHED_QPS,
+                burst: MATCHED_BURST,
+                threads: MATCHED_WORKERS,
+            },
+            apf: true,
+        },
+        Peer {
+            id: "ours-apf",
+            label: "tfjob-operator (4 workers, no client limit, under an APF cap of 3 seats)",
+            kind: PeerKind::Ours {
+                qps: 0,
+                burst: 30,
+                workers: MATCHED_WORKERS,
+            },
+            apf: true,
         },
         Peer {
             id: "raw",
             label: "raw limit (bare client, 16 concurrent creates)",
             kind: PeerKind::Raw,
+            apf: false,
         },
     ];
     all.into_iter()
@@ -301,6 +381,15 @@ struct RunResult {
     cpu_s: Option<f64>,
     peak_rss_mb: Option<f64>,
     api_requests: u64,
+    /// Requests other than watches per second, from the first request
+    /// received to the last one completed (audit log timestamps).
+    api_rate_per_s: Option<f64>,
+    /// The client-side QPS limit the peer ran with, when it had one.
+    client_qps: Option<f64>,
+    /// Requests the API server's priority level dispatched and refused
+    /// (429) in the `*-apf` runs (its `apiserver_flowcontrol_*` metrics).
+    apf_dispatched: Option<u64>,
+    apf_rejected: Option<u64>,
     api_requests_by_verb: BTreeMap<String, u64>,
     api_errors_by_code: BTreeMap<String, u64>,
     already_exists: u64,
@@ -745,7 +834,11 @@ async fn start_peer(
     workload: &Workload,
     logs: &Path,
 ) -> anyhow::Result<PeerProcess> {
-    let kubeconfig = s.cluster_dir.join("kubeconfigs").join(PEER_USER);
+    let kubeconfig = if peer.apf {
+        apf_identity(s, admin).await?
+    } else {
+        s.cluster_dir.join("kubeconfigs").join(PEER_USER)
+    };
     let log = logs.join(format!("{}-{}.log", workload.id, peer.id));
     let deadline = Duration::from_secs(180);
     match peer.kind {
@@ -795,7 +888,12 @@ async fn start_peer(
             workers,
         } => {
             let (metrics, probe) = (free_port()?, free_port()?);
-            let mut cmd = Command::new(&s.operator_bin);
+            let bin = match (peer.id, &s.base_operator_bin) {
+                ("ours-base", Some(base)) => base,
+                ("ours-base", None) => bail!("ours-base needs BENCH_BASE_OPERATOR_BIN"),
+                _ => &s.operator_bin,
+            };
+            let mut cmd = Command::new(bin);
             cmd.env("KUBECONFIG", &kubeconfig)
                 .arg("run")
                 .arg("--leader-elect=false")
@@ -820,6 +918,9 @@ async fn start_peer(
                 }
                 tokio::time::sleep(POLL).await;
             }
+        }
+        PeerKind::OursAtRateOf { .. } => {
+            bail!("the rate of the peer to match was not measured in this workload")
         }
         PeerKind::Raw => {
             let plan = logs.join(format!("{}-raw-plan.json", workload.id));
@@ -970,6 +1071,7 @@ fn count_audit(path: &Path, from: u64, r: &mut RunResult) -> anyhow::Result<()> 
     let mut f =
         std::fs::File::open(path).with_context(|| format!("failed to open {}", path.display()))?;
     f.seek(SeekFrom::Start(from))?;
+    let (mut first, mut last, mut counted) = (None, None, 0u64);
     for line in std::io::BufReader::new(f).lines() {
         let Ok(event) = serde_json::from_str::<Value>(&line?) else {
             continue;
@@ -978,6 +1080,15 @@ fn count_audit(path: &Path, from: u64, r: &mut RunResult) -> anyhow::Result<()> 
             continue;
         }
         let verb = event["verb"].as_str().unwrap_or("?");
+        let time = |field: &str| event[field].as_str()?.parse::<jiff::Timestamp>().ok();
+        if verb != "watch"
+            && let (Some(received), Some(done)) =
+                (time("requestReceivedTimestamp"), time("stageTimestamp"))
+        {
+            counted += 1;
+            first = Some(first.map_or(received, |f: jiff::Timestamp| f.min(received)));
+            last = Some(last.map_or(done, |l: jiff::Timestamp| l.max(done)));
+        }
         let resource = event["objectRef"]["resource"].as_str().unwrap_or("-");
         let sub = event["objectRef"]["subresource"]
             .as_str()
@@ -997,7 +1108,200 @@ fn count_audit(path: &Path, from: u64, r: &mut RunResult) -> anyhow::Result<()> 
             r.already_exists += 1;
         }
     }
+    if let (Some(first), Some(last)) = (first, last) {
+        let window = last.duration_since(first).as_secs_f64();
+        if window > 0.0 {
+            r.api_rate_per_s = Some(counted as f64 / window);
+        }
+    }
     Ok(())
+}
+
+/// Installs the APF cap for the peer's user (see [`APF_LEVEL`]) and waits
+/// until the API server's flow-control configuration has it.
+async fn install_apf_cap(admin: &Client) -> anyhow::Result<()> {
+    let levels: Api<PriorityLevelConfiguration> = Api::all(admin.clone());
+    let schemas: Api<FlowSchema> = Api::all(admin.clone());
+    remove_apf_cap(admin).await?;
+    let level: PriorityLevelConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": APF_LEVEL},
+        "spec": {"type": "Limited", "limited": {
+            "nominalConcurrencyShares": 1,
+            "lendablePercent": 0,
+            "borrowingLimitPercent": 0,
+            "limitResponse": {"type": "Queue", "queuing": {
+                "queues": 1, "handSize": 1, "queueLengthLimit": APF_QUEUE_LENGTH
+            }}
+        }}
+    }))?;
+    let schema: FlowSchema = serde_json::from_value(json!({
+        "metadata": {"name": APF_LEVEL},
+        "spec": {
+            "priorityLevelConfiguration": {"name": APF_LEVEL},
+            "matchingPrecedence": 100,
+            "distinguisherMethod": {"type": "ByUser"},
+            "rules": [{
+                "subjects": [{"kind": "User", "user": {"name": PEER_USER}}],
+                "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                                   "namespaces": ["*"], "clusterScope": true}],
+                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]
+            }]
+        }
+    }))?;
+    levels.create(&PostParams::default(), &level).await?;
+    schemas.create(&PostParams::default(), &schema).await?;
+    // The API server's config controller marks the FlowSchema's condition
+    // once it has digested it.
+    wait_until(
+        "the APF FlowSchema to be in use",
+        Duration::from_secs(30),
+        || {
+            let schemas = schemas.clone();
+            async move {
+                let fs = schemas.get(APF_LEVEL).await?;
+                Ok(fs.status.and_then(|s| s.conditions).is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c.type_.as_deref() == Some("Dangling")
+                            && c.status.as_deref() == Some("False")
+                    })
+                }))
+            }
+        },
+    )
+    .await
+}
+
+/// A kubeconfig for user `bench-peer` in group [`APF_GROUP`] (not
+/// `system:masters`, so APF applies), signed by the cluster's CA, with
+/// cluster-admin through a ClusterRoleBinding.
+async fn apf_identity(s: &Settings, admin: &Client) -> anyhow::Result<PathBuf> {
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    let pki = s.cluster_dir.join("pki");
+    let dir = pki.join("bench-apf");
+    std::fs::create_dir_all(&dir)?;
+    let (key, csr, crt, ext) = (
+        dir.join("peer.key"),
+        dir.join("peer.csr"),
+        dir.join("peer.crt"),
+        dir.join("peer.ext"),
+    );
+    // An X.509 v3 certificate (an extension file): rustls refuses v1.
+    std::fs::write(
+        &ext,
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n\
+         extendedKeyUsage=clientAuth\n",
+    )?;
+    let subject = format!("/O={APF_GROUP}/CN={PEER_USER}");
+    for args in [
+        vec![
+            "genrsa".into(),
+            "-out".into(),
+            key.display().to_string(),
+            "2048".into(),
+        ],
+        vec![
+            "req".into(),
+            "-new".into(),
+            "-key".into(),
+            key.display().to_string(),
+            "-subj".into(),
+            subject,
+            "-out".into(),
+            csr.display().to_string(),
+        ],
+        vec![
+            "x509".into(),
+            "-req".into(),
+            "-in".into(),
+            csr.display().to_string(),
+            "-CA".into(),
+            pki.join("ca.crt").display().to_string(),
+            "-CAkey".into(),
+            pki.join("ca.key").display().to_string(),
+            "-CAcreateserial".into(),
+            "-days".into(),
+            "2".into(),
+            "-sha256".into(),
+            "-extfile".into(),
+            ext.display().to_string(),
+            "-out".into(),
+            crt.display().to_string(),
+        ],
+    ] {
+        let out = Command::new("openssl").args(&args).output()?;
+        if !out.status.success() {
+            bail!("openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    let peer_config = std::fs::read_to_string(s.cluster_dir.join("kubeconfigs").join(PEER_USER))?;
+    let server = peer_config
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .context("no server in the bench-peer kubeconfig")?;
+    let kubeconfig = s.cluster_dir.join("kubeconfigs/bench-peer-apf");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority: {}\n\
+             users:\n- name: {PEER_USER}\n  user:\n    client-certificate: {}\n    client-key: {}\n\
+             contexts:\n- name: c\n  context: {{cluster: c, user: {PEER_USER}}}\ncurrent-context: c\n",
+            pki.join("ca.crt").display(),
+            crt.display(),
+            key.display()
+        ),
+    )?;
+    let bindings: Api<ClusterRoleBinding> = Api::all(admin.clone());
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "bench-peers-admin"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": APF_GROUP}]
+    }))?;
+    match bindings.create(&PostParams::default(), &binding).await {
+        Ok(_) => {}
+        Err(e) if is_conflict(&e) => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(kubeconfig)
+}
+
+async fn remove_apf_cap(admin: &Client) -> anyhow::Result<()> {
+    let levels: Api<PriorityLevelConfiguration> = Api::all(admin.clone());
+    let schemas: Api<FlowSchema> = Api::all(admin.clone());
+    for result in [
+        schemas
+            .delete(APF_LEVEL, &DeleteParams::default())
+            .await
+            .map(drop),
+        levels
+            .delete(APF_LEVEL, &DeleteParams::default())
+            .await
+            .map(drop),
+    ] {
+        match result {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// The API server's counters of the cap's priority level: (dispatched, rejected).
+async fn apf_counts(admin: &Client) -> anyhow::Result<(u64, u64)> {
+    let req = http::Request::get("/metrics").body(Vec::new())?;
+    let text = admin.request_text(req).await?;
+    let sum = |metric: &str| -> u64 {
+        text.lines()
+            .filter(|l| {
+                l.starts_with(metric) && l.contains(&format!("priority_level=\"{APF_LEVEL}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    };
+    Ok((
+        sum("apiserver_flowcontrol_dispatched_requests_total"),
+        sum("apiserver_flowcontrol_rejected_requests_total"),
+    ))
 }
 
 // ------------------------------------------------------------------ one run
@@ -1039,6 +1343,12 @@ async fn run_one(
     ];
     let audit = s.cluster_dir.join("logs/audit.log");
     let result = async {
+        let apf_before = if peer.apf {
+            install_apf_cap(admin).await?;
+            Some(apf_counts(admin).await?)
+        } else {
+            None
+        };
         let mut p = start_peer(s, admin, peer, workload, logs).await?;
         let from = audit_offset(&audit);
         let measured = measure(s, admin, peer, workload, &mut p, &state, r).await;
@@ -1048,9 +1358,17 @@ async fn run_one(
         // Long-running requests (watches) are logged when they end: after the stop.
         tokio::time::sleep(Duration::from_secs(2)).await;
         count_audit(&audit, from, r)?;
+        if let Some((dispatched, rejected)) = apf_before {
+            let (d, j) = apf_counts(admin).await?;
+            r.apf_dispatched = Some(d.saturating_sub(dispatched));
+            r.apf_rejected = Some(j.saturating_sub(rejected));
+        }
         measured
     }
     .await;
+    if peer.apf {
+        remove_apf_cap(admin).await?;
+    }
     for w in watches {
         w.abort();
     }
@@ -1256,16 +1574,23 @@ fn report(results: &[RunResult], workloads: &[Workload], peers: &[Peer]) -> Stri
             continue;
         }
         out += &format!("\n## {}: {}\n\n", w.id, w.title);
-        out += "| peer | apply → all Running (s) | chief exit → all Succeeded (s) | CPU (s) | peak RSS (MB) | API requests | duplicate creates | API errors | outcome |\n";
-        out += "|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
+        out += "| peer | apply → all Running (s) | chief exit → all Succeeded (s) | CPU (s) | peak RSS (MB) | API requests | requests/s | duplicate creates | API errors | outcome |\n";
+        out += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
         for r in &rows {
             let label = peers
                 .iter()
                 .find(|p| p.id == r.peer)
                 .map(|p| p.label)
                 .unwrap_or("?");
+            let mut label = label.to_owned();
+            if let Some(qps) = r.client_qps {
+                label += &format!(" [QPS {qps:.0}]");
+            }
+            if let (Some(d), Some(j)) = (r.apf_dispatched, r.apf_rejected) {
+                label += &format!(" [APF: {d} dispatched, {j} refused]");
+            }
             out += &format!(
-                "| {label} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {label} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 fmt_s(r.running_s),
                 fmt_s(r.succeeded_s),
                 r.cpu_s
@@ -1275,11 +1600,13 @@ fn report(results: &[RunResult], workloads: &[Workload], peers: &[Peer]) -> Stri
                     .map(|v| format!("{v:.0}"))
                     .unwrap_or_else(|| "-".into()),
                 r.api_requests,
+                fmt_s(r.api_rate_per_s),
                 r.duplicate_pod_creates + r.duplicate_service_creates + r.already_exists,
                 r.api_errors_by_code.values().sum::<u64>(),
                 r.outcome
             );
         }
+        out += &breakdown(&rows, w);
         let get = |id: &str| rows.iter().find(|r| r.peer == id).copied();
         let pairs = [
             (
@@ -1291,6 +1618,16 @@ fn report(results: &[RunResult], workloads: &[Workload], peers: &[Peer]) -> Stri
                 "ours-matched",
                 "training-operator-matched",
                 "ours (matched) / training-operator (matched)",
+            ),
+            (
+                "ours-at-to-rate",
+                "training-operator-matched",
+                "ours (at its measured rate) / training-operator (matched)",
+            ),
+            (
+                "ours-apf",
+                "training-operator-apf",
+                "ours (APF cap) / training-operator (APF cap)",
             ),
             ("ours-default", "raw", "ours (defaults) / raw limit"),
             ("ours-matched", "raw", "ours (matched) / raw limit"),
@@ -1314,6 +1651,44 @@ fn report(results: &[RunResult], workloads: &[Workload], peers: &[Peer]) -> Stri
             );
         }
     }
+    out
+}
+
+/// The API requests of every peer of one workload by verb and resource (from
+/// the audit log), with the count per job: one row per `verb resource`, one
+/// column per peer.
+fn breakdown(rows: &[&RunResult], w: &Workload) -> String {
+    let kinds: std::collections::BTreeSet<&String> = rows
+        .iter()
+        .flat_map(|r| r.api_requests_by_verb.keys())
+        .collect();
+    if kinds.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "\nAPI requests by verb and resource (audit log; per job in brackets, {} jobs):\n\n| request |",
+        w.jobs
+    );
+    for r in rows {
+        out += &format!(" {} |", r.peer);
+    }
+    out += "\n|---|";
+    out += &"---:|".repeat(rows.len());
+    out += "\n";
+    let per_job = |n: u64| n as f64 / w.jobs.max(1) as f64;
+    for kind in kinds {
+        out += &format!("| {kind} |");
+        for r in rows {
+            let n = r.api_requests_by_verb.get(kind).copied().unwrap_or(0);
+            out += &format!(" {n} ({:.2}) |", per_job(n));
+        }
+        out += "\n";
+    }
+    out += "| **total** |";
+    for r in rows {
+        out += &format!(" **{}** ({:.2}) |", r.api_requests, per_job(r.api_requests));
+    }
+    out += "\n";
     out
 }
 
@@ -1357,6 +1732,12 @@ async fn bench() -> anyhow::Result<()> {
                 peer: peer.id.into(),
                 ..RunResult::default()
             };
+            let peer = &resolve_rate(peer, &results, w);
+            if let PeerKind::Ours { qps, .. } = peer.kind
+                && qps > 0
+            {
+                r.client_qps = Some(f64::from(qps));
+            }
             r.outcome = match run_one(&s, &admin, peer, w, &logs, &mut r).await {
                 Ok(()) => "ok".into(),
                 Err(e) => format!("{e:#}")
@@ -1389,6 +1770,35 @@ async fn bench() -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// A peer that runs at another's measured request rate, as an `Ours` peer
+/// with that QPS (burst 1.5× it, as 20/30); unchanged when there is nothing
+/// to resolve (it then fails to start, and says why).
+fn resolve_rate(peer: &Peer, results: &[RunResult], w: &Workload) -> Peer {
+    let PeerKind::OursAtRateOf { of, workers } = peer.kind else {
+        return peer.clone();
+    };
+    let measured = of.iter().find_map(|id| {
+        results
+            .iter()
+            .find(|r| r.workload == w.id && r.peer == *id && r.outcome == "ok")
+            .and_then(|r| r.api_rate_per_s)
+    });
+    match measured {
+        Some(rate) => {
+            let qps = rate.round().max(1.0) as u32;
+            Peer {
+                kind: PeerKind::Ours {
+                    qps,
+                    burst: qps + qps / 2,
+                    workers,
+                },
+                ..peer.clone()
+            }
+        }
+        None => peer.clone(),
+    }
 }
 
 fn write_json(s: &Settings, results: &[RunResult]) -> anyhow::Result<()> {

@@ -723,10 +723,8 @@ mod tests {
     fn write_error_with(code: u16, retry_after_seconds: Option<u32>) -> SyncError {
         let mut status = Status::failure("slow down", "TooManyRequests").with_code(code);
         if let Some(secs) = retry_after_seconds {
-            status.details = Some(kube::core::response::StatusDetails {
-                retry_after_seconds: secs,
-                ..Default::default()
-            });
+            let details = serde_json::json!({ "retryAfterSeconds": secs });
+            status.details = Some(serde_json::from_value(details).unwrap());
         }
         write_error(
             "create",

@@ -35,6 +35,7 @@ mod failover;
 mod manifests;
 mod overload;
 mod partition;
+mod requests;
 mod scale;
 mod undecodable;
 mod user_deletes;
