@@ -12,7 +12,7 @@ use tfjob_operator::runtime::client::fence::{WriteFence, WriteFenceLayer};
 use tfjob_operator::runtime::client::metrics::RestClientMetricsLayer;
 use tfjob_operator::runtime::client::{RateLimitLayer, RequestTimeoutLayer};
 use tfjob_operator::runtime::flags::{
-    BindAddress, SERVICE_ACCOUNT_NAMESPACE, leader_election_namespace,
+    BindAddress, GoDuration, SERVICE_ACCOUNT_NAMESPACE, leader_election_namespace,
 };
 use tfjob_operator::runtime::leader_election::LeaderElectionConfig;
 use tfjob_operator::runtime::logging::{FlatJson, log_filter};
@@ -97,6 +97,19 @@ struct RunArgs {
         default_value = "tfjob-operator-leader"
     )]
     leader_election_id: String,
+    /// How long a Lease stays valid without renewal: a standby takes over
+    /// this long after the leader stopped renewing (kube-controller-manager's
+    /// flag; `15s`, `1m`, ...).
+    #[arg(long, env = "LEADER_ELECT_LEASE_DURATION", default_value = "15s")]
+    leader_elect_lease_duration: GoDuration,
+    /// How long the leader keeps trying to renew before it gives up leading
+    /// (shorter than the lease duration). Raise both together where the API
+    /// server can be unreachable for longer, e.g. while it restarts.
+    #[arg(long, env = "LEADER_ELECT_RENEW_DEADLINE", default_value = "10s")]
+    leader_elect_renew_deadline: GoDuration,
+    /// How often a candidate tries to acquire or renew the Lease.
+    #[arg(long, env = "LEADER_ELECT_RETRY_PERIOD", default_value = "2s")]
+    leader_elect_retry_period: GoDuration,
     /// Cluster domain appended to `.svc` in TF_CONFIG addresses (Kubeflow's CUSTOM_CLUSTER_DOMAIN).
     #[arg(long, env = "CUSTOM_CLUSTER_DOMAIN")]
     cluster_domain: Option<String>,
@@ -276,9 +289,19 @@ async fn run(
         );
         LeaderElectionConfig {
             fence,
+            lease_duration: args.leader_elect_lease_duration.0,
+            renew_deadline: args.leader_elect_renew_deadline.0,
+            retry_period: args.leader_elect_retry_period.0,
             ..LeaderElectionConfig::new(&namespace, &args.leader_election_id)
         }
     });
+    if let Some(config) = &leader_election {
+        config.validate().map_err(|e| {
+            anyhow::anyhow!(
+                "{e}: check --leader-elect-lease-duration, --leader-elect-renew-deadline and --leader-elect-retry-period"
+            )
+        })?;
+    }
     let mut manager = Manager::new(
         client.clone(),
         ManagerConfig {
@@ -493,6 +516,34 @@ mod tests {
             );
             assert_eq!(received.len(), flags.len() - 1, "{flags:?}");
         }
+    }
+
+    #[test]
+    fn leader_election_timings_take_kube_controller_managers_flags() {
+        let args = run_args(&[
+            "--leader-elect-lease-duration=1m",
+            "--leader-elect-renew-deadline=40s",
+            "--leader-elect-retry-period=500ms",
+        ])
+        .unwrap();
+        assert_eq!(args.leader_elect_lease_duration.0, Duration::from_secs(60));
+        assert_eq!(args.leader_elect_renew_deadline.0, Duration::from_secs(40));
+        assert_eq!(args.leader_elect_retry_period.0, Duration::from_millis(500));
+        let defaults = run_args(&[]).unwrap();
+        assert_eq!(
+            defaults.leader_elect_lease_duration.0,
+            Duration::from_secs(15)
+        );
+        assert_eq!(
+            defaults.leader_elect_renew_deadline.0,
+            Duration::from_secs(10)
+        );
+        assert_eq!(defaults.leader_elect_retry_period.0, Duration::from_secs(2));
+        let e = run_args(&["--leader-elect-renew-deadline=ten"]).unwrap_err();
+        assert!(
+            e.to_string().contains("--leader-elect-renew-deadline"),
+            "{e}"
+        );
     }
 
     #[test]
