@@ -164,6 +164,10 @@ impl TfJobReconciler {
             None => job,
         };
 
+        if re_creates_children(&job, &plan) && !self.still_exists_on_the_server(key, &job).await? {
+            return Ok(None);
+        }
+
         // Apply, then write status. Events first: they explain the writes.
         for e in &plan.events {
             self.recorder.publish(
@@ -188,6 +192,38 @@ impl TfJobReconciler {
         }
         applied?;
         Ok(plan.requeue_after)
+    }
+
+    /// A live (quorum) read of the job before children are re-created.
+    /// Each kind has its own watch, and the Pod watch can run ahead of the
+    /// TFJob watch: after a partition heals, garbage collection's deletions
+    /// of a deleted job's children can arrive before the job's own DELETED,
+    /// and the cache alone would have the job resurrect them. One GET, only
+    /// on the replacement path; `false` when the job is gone, was replaced
+    /// by a namesake, or is being deleted (its DELETED event will follow).
+    async fn still_exists_on_the_server(
+        &self,
+        key: &ObjectKey,
+        job: &TFJob,
+    ) -> Result<bool, SyncError> {
+        let jobs: Api<TFJob> =
+            Api::namespaced(self.client.clone(), key.namespace().unwrap_or_default());
+        let live = jobs
+            .get_opt(key.name())
+            .await
+            .map_err(|source| SyncError::Write {
+                verb: "read",
+                kind: "TFJob",
+                name: key.name().to_owned(),
+                source,
+            })?;
+        let exists = live.is_some_and(|live| {
+            live.metadata.uid == job.metadata.uid && live.metadata.deletion_timestamp.is_none()
+        });
+        if !exists {
+            tracing::info!(%key, "the job is gone on the server although the cache still has it; not re-creating its children");
+        }
+        Ok(exists)
     }
 
     /// The job's children: those it controls whose labels still match, plus
@@ -539,6 +575,21 @@ impl TfJobReconciler {
 
 /// One info line when a job's state (its last condition) changes, so an
 /// operator log tells a job's story without debug logging.
+/// Whether the plan creates children for a job that had its children
+/// created before (its Created condition is set): a replacement, which
+/// [`TfJobReconciler::still_exists_on_the_server`] guards.
+fn re_creates_children(job: &TFJob, plan: &Plan) -> bool {
+    let created_before = job
+        .status
+        .as_ref()
+        .is_some_and(|s| super::conditions::is_true(s, crate::api::constants::condition::CREATED));
+    created_before
+        && plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::CreatePod(_) | Action::CreateService(_)))
+}
+
 fn log_state_change(
     key: &ObjectKey,
     old: Option<&crate::api::TFJobStatus>,
