@@ -15,7 +15,7 @@ help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: lint unit crd-check proto-schema-check e2e ## Everything CI runs: lint, unit tests, CRD and protobuf-table drift checks, e2e on a fresh local cluster
+test: lint unit docs-diagrams crd-check proto-schema-check e2e ## Everything CI runs: lint, unit tests, the docs' diagrams rendered, CRD and protobuf-table drift checks, e2e on a fresh local cluster
 
 .PHONY: lint
 lint: fmt-check clippy deny chart-lint rules-check docker-lint ## cargo fmt --check, clippy -D warnings, cargo deny, the Helm chart and its alert rules, the Dockerfile
@@ -33,6 +33,10 @@ unit: ## Unit, property and doc tests, and the docs/ drift guard (no cluster nee
 	cargo test --lib --bins
 	cargo test --doc
 	cargo test --test docs
+
+.PHONY: docs-diagrams
+docs-diagrams: chromium ## Render every Mermaid diagram in the docs with mermaid-cli in headless Chromium (fails on one that does not parse)
+	bash hack/docs/check-diagrams.sh
 
 .PHONY: crd
 crd: ## Regenerate crds/ (and the chart's copy) from the Rust types
@@ -83,7 +87,8 @@ test-faults: cluster-tools ## The fault suite in full on a fresh local cluster (
 test-ui: cluster-tools chromium ## The trace UI (--trace-ui) in headless Chromium (the running cluster, or a fresh one); screenshots in .cluster/trace-ui/
 	bash e2e/test-ui.sh
 
-# Headless Chromium for the trace UI's browser test (tests/e2e/trace_ui.rs):
+# Headless Chromium for the trace UI's browser test (tests/e2e/trace_ui.rs) and
+# the docs' diagrams (hack/docs/check-diagrams.sh):
 # Debian's package, installed when missing. CHROMIUM=/path names another build.
 .PHONY: chromium
 chromium:
