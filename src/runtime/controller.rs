@@ -378,7 +378,8 @@ impl<R: Reconciler> Inner<R> {
         let Some(key) = self.queue.get().await else {
             return false;
         };
-        tracing::debug!(target: "pipeline", stage = "5 worker", controller = %self.name, key = %key, "key taken from the workqueue: reconciling");
+        // `depth`: keys still ready in the queue behind this one.
+        tracing::debug!(target: "pipeline", stage = "5 worker", controller = %self.name, key = %key, depth = self.queue.len(), "key taken from the workqueue: reconciling");
         self.metrics.active_workers.inc();
         self.reconcile_handler(&key).await;
         self.metrics.active_workers.dec();
