@@ -30,8 +30,9 @@
 //!   `--workers` × `--write-concurrency` writes (4 × 16 = 64 at the
 //!   defaults). Raising those two past ~95 together queues requests here.
 //!
-//! A server that refuses `h2` (or a TLS-terminating proxy in between) is
-//! spoken to in HTTP/1.1 as before. With a `proxy-url` in the kubeconfig the
+//! A server that refuses `h2` (or a TLS-terminating proxy in between), and a
+//! plain `http://` server (no TLS, so no ALPN), are spoken to in HTTP/1.1 as
+//! before. With a `proxy-url` in the kubeconfig the
 //! stack is kube's own (HTTP/1.1): its proxy tunnels are not rebuilt here.
 use std::time::Duration;
 
