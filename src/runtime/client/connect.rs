@@ -34,8 +34,10 @@
 //! plain `http://` server (no TLS, so no ALPN), are spoken to in HTTP/1.1 as
 //! before. With a `proxy-url` in the kubeconfig the
 //! stack is kube's own (HTTP/1.1): its proxy tunnels are not rebuilt here.
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -43,7 +45,7 @@ use kube::client::retry::RetryPolicy;
 use kube::client::{Body, ClientBuilder, ConfigExt, DynBody};
 use tower::retry::RetryLayer;
 use tower::util::BoxService;
-use tower::{BoxError, ServiceBuilder, ServiceExt};
+use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
 /// client-go's `ReadIdleTimeout`: ping after this long without a frame.
 pub const PING_INTERVAL: Duration = Duration::from_secs(30);
@@ -77,7 +79,10 @@ pub fn client_builder(config: kube::Config) -> Result<ClientBuilder<ApiService>,
             .map_err(kube::Error::RustlsTls)?;
         https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
     }
-    let https = https.enable_http1().enable_http2().wrap_connector(http);
+    let https = ConnectTimeout {
+        inner: https.enable_http1().enable_http2().wrap_connector(http),
+        timeout: config.connect_timeout,
+    };
     let client: hyper_util::client::legacy::Client<_, Body> =
         hyper_util::client::legacy::Client::builder(TokioExecutor::new())
             .timer(TokioTimer::new())
@@ -102,4 +107,73 @@ pub fn client_builder(config: kube::Config) -> Result<ClientBuilder<ApiService>,
         })
         .boxed();
     Ok(ClientBuilder::new(service, config.default_namespace))
+}
+
+/// Connecting (TCP and the TLS handshake) took longer than kube's connect
+/// timeout.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to connect to the API server within {0:?}")]
+pub struct ConnectTimedOut(pub Duration);
+
+/// A deadline on the whole connect, TLS handshake included, as kube's own
+/// stack has (`hyper-timeout`'s connect timeout): a server that accepts the
+/// TCP connection and then says nothing must not hold a connection attempt
+/// for ever. (`HttpConnector`'s own timeout covers the TCP connect only.)
+#[derive(Clone, Debug)]
+struct ConnectTimeout<C> {
+    inner: C,
+    timeout: Option<Duration>,
+}
+
+impl<C> Service<http::Uri> for ConnectTimeout<C>
+where
+    C: Service<http::Uri>,
+    C::Future: Send + 'static,
+    C::Error: Into<BoxError>,
+{
+    type Response = C::Response;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<C::Response, BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let connecting = self.inner.call(uri);
+        let timeout = self.timeout;
+        Box::pin(async move {
+            let Some(timeout) = timeout else {
+                return connecting.await.map_err(Into::into);
+            };
+            match tokio::time::timeout(timeout, connecting).await {
+                Ok(result) => result.map_err(Into::into),
+                Err(_) => Err(Box::new(ConnectTimedOut(timeout)) as BoxError),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::time::Instant;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connect_whose_handshake_never_ends_fails_at_the_connect_timeout() {
+        let silent = tower::service_fn(|_uri: http::Uri| async {
+            futures::future::pending::<Result<(), std::convert::Infallible>>().await
+        });
+        let mut connector = ConnectTimeout {
+            inner: silent,
+            timeout: Some(Duration::from_secs(30)),
+        };
+        let start = Instant::now();
+        let err = connector
+            .call("https://127.0.0.1:6443".parse().unwrap())
+            .await
+            .unwrap_err();
+        assert_eq!(Instant::now() - start, Duration::from_secs(30));
+        assert!(err.downcast_ref::<ConnectTimedOut>().is_some(), "{err}");
+    }
 }

@@ -17,7 +17,8 @@
 //!   connection fails 15 s later if unanswered (`client/connect.rs`), as
 //!   client-go's health check; every request and watch on it then fails and
 //!   is retried on a new connection;
-//! - connecting: 30 s (kube's connect timeout).
+//! - connecting, TLS handshake included: 30 s (kube's connect timeout,
+//!   `client/connect.rs`).
 use std::task::{Context, Poll};
 use std::time::Duration;
 
