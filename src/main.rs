@@ -269,7 +269,8 @@ async fn run(
     };
     // Metrics outermost, so a request cut by its deadline or refused by the
     // fence is counted too.
-    let builder = kube::client::ClientBuilder::try_from(config)?
+    // HTTP/2 with client-go's 30 s + 15 s ping health check (runtime::client::connect).
+    let builder = tfjob_operator::runtime::client::connect::client_builder(config)?
         .with_layer(&WriteFenceLayer::new(fence.clone()))
         .with_layer(&timeout)
         .with_layer(&rest_metrics);

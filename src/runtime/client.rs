@@ -9,7 +9,8 @@
 //!
 //! It never drops or fails a request: a request without a token waits.
 //!
-//! The deadline every request gets is in `client/timeout.rs`.
+//! The deadline every request gets is in `client/timeout.rs`; the HTTP/2
+//! connection and its health check in `client/connect.rs`.
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,8 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
 
+pub mod body;
+pub mod connect;
 pub mod fence;
 pub mod metrics;
 mod timeout;
