@@ -9,7 +9,8 @@
 //!
 //! It never drops or fails a request: a request without a token waits.
 //!
-//! The deadline every request gets is in `client/timeout.rs`.
+//! The deadline every request gets is in `client/timeout.rs`; the status of
+//! API writes recorded on their trace spans in `client/span_status.rs`.
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -21,6 +22,7 @@ use tower::{Layer, Service};
 
 pub mod fence;
 pub mod metrics;
+pub mod span_status;
 mod timeout;
 pub use timeout::*;
 
