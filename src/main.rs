@@ -263,7 +263,7 @@ where
         tracing_subscriber::registry()
             .with(fmt.with_filter(tracing_subscriber::EnvFilter::try_new(&filter)?))
             .with(trace_ui.map(|ui| ui.layer()))
-            .with(traces.map(|provider| otlp::layer(provider))),
+            .with(traces.map(otlp::layer)),
     ))
 }
 
