@@ -6,10 +6,12 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use kube::api::{Api, ListParams};
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use tfjob_operator::api::TFJob;
 use tfjob_operator::runtime::InformerFactory;
 use tfjob_operator::runtime::client::fence::{WriteFence, WriteFenceLayer};
 use tfjob_operator::runtime::client::metrics::RestClientMetricsLayer;
+use tfjob_operator::runtime::client::span_status::SpanStatusLayer;
 use tfjob_operator::runtime::client::{RateLimitLayer, RequestTimeoutLayer};
 use tfjob_operator::runtime::flags::{
     BindAddress, GoDuration, SERVICE_ACCOUNT_NAMESPACE, leader_election_namespace,
@@ -19,6 +21,7 @@ use tfjob_operator::runtime::logging::{FlatJson, log_filter};
 use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
 use tfjob_operator::runtime::metrics::build_info::{self, BuildInfo};
 use tfjob_operator::runtime::metrics::process::ProcessCollector;
+use tfjob_operator::runtime::otlp::{self, TracesConfig};
 use tfjob_operator::runtime::server::HttpServer;
 use tfjob_operator::runtime::trace_ui::TraceUi;
 use tfjob_operator::tfjob::controller::{Options, setup};
@@ -161,6 +164,11 @@ struct RunArgs {
     /// off by default).
     #[arg(long, env = "TFJOB_TRACE_UI", value_name = "ADDR", default_value = "0")]
     trace_ui: BindAddress,
+    /// Send traces (one per reconcile, with its phases and API writes) to
+    /// this OpenTelemetry collector over OTLP/HTTP, e.g.
+    /// `http://collector:4318` (`/v1/traces` is appended); off when unset.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    otlp_endpoint: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -174,26 +182,65 @@ fn main() -> anyhow::Result<()> {
                 .trace_ui
                 .addr()
                 .map(|addr| (addr, TraceUi::new(stop_trace_ui.clone())));
-            init_logging(&args, trace_ui.as_ref().map(|(_, ui)| ui))?;
             let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(async {
+            let traces = traces(&args, runtime.handle())?;
+            init_logging(&args, trace_ui.as_ref().map(|(_, ui)| ui), traces.as_ref())?;
+            let result = runtime.block_on(async {
                 let result = run(*args, trace_ui).await;
                 stop_trace_ui.cancel();
                 result
-            })?;
+            });
+            // The manager has stopped (on SIGTERM too) and the runtime the
+            // exporter sends on still runs: the last spans go out now.
+            if let Some(provider) = traces
+                && let Err(error) = provider.shutdown()
+            {
+                tracing::warn!(%error, "failed to send the last traces");
+            }
+            result?;
         }
     }
     Ok(())
 }
 
+/// With `--otlp-endpoint` (or `OTEL_EXPORTER_OTLP_ENDPOINT`), the tracer
+/// provider exporting there, sending on `runtime`.
+fn traces(
+    args: &RunArgs,
+    runtime: &tokio::runtime::Handle,
+) -> anyhow::Result<Option<SdkTracerProvider>> {
+    let Some(endpoint) = args.otlp_endpoint.as_deref().filter(|e| !e.is_empty()) else {
+        return Ok(None);
+    };
+    // The chart passes the Pod's name and namespace (downward API).
+    let attributes = [
+        ("k8s.pod.name", "POD_NAME"),
+        ("k8s.namespace.name", "POD_NAMESPACE"),
+    ]
+    .into_iter()
+    .filter_map(|(key, var)| Some((key, std::env::var(var).ok()?)))
+    .collect();
+    let config = TracesConfig {
+        endpoint: endpoint.to_owned(),
+        service_version: env!("CARGO_PKG_VERSION").to_owned(),
+        attributes,
+    };
+    Ok(Some(otlp::tracer_provider(&config, runtime.clone())?))
+}
+
 /// The log (filtered by `--zap-log-level`, plus the pipeline's lines with
 /// `--trace-pipeline`) and, with `--trace-ui`, the trace UI's layer beside it
 /// with its own filter: the page sees the pipeline without it being printed.
-/// Without `--trace-ui` that layer is not installed at all.
-fn init_logging(args: &RunArgs, trace_ui: Option<&TraceUi>) -> anyhow::Result<()> {
+/// Without `--trace-ui` that layer is not installed at all; nor is the
+/// OpenTelemetry layer without `traces`.
+fn init_logging(
+    args: &RunArgs,
+    trace_ui: Option<&TraceUi>,
+    traces: Option<&SdkTracerProvider>,
+) -> anyhow::Result<()> {
     use std::io::IsTerminal;
     let ansi = std::io::stdout().is_terminal();
-    log_subscriber(args, trace_ui, ansi, std::io::stdout)?
+    log_subscriber(args, trace_ui, traces, ansi, std::io::stdout)?
         .try_init()
         .map_err(|e| anyhow::anyhow!("failed to set up logging: {e}"))
 }
@@ -202,6 +249,7 @@ fn init_logging(args: &RunArgs, trace_ui: Option<&TraceUi>) -> anyhow::Result<()
 fn log_subscriber<W>(
     args: &RunArgs,
     trace_ui: Option<&TraceUi>,
+    traces: Option<&SdkTracerProvider>,
     ansi: bool,
     writer: W,
 ) -> anyhow::Result<Box<dyn tracing::Subscriber + Send + Sync>>
@@ -222,12 +270,14 @@ where
             .event_format(FlatJson)
             .boxed(),
     };
-    let log = tracing_subscriber::registry()
-        .with(fmt.with_filter(tracing_subscriber::EnvFilter::try_new(&filter)?));
-    Ok(match trace_ui {
-        None => Box::new(log),
-        Some(ui) => Box::new(log.with(ui.layer())),
-    })
+    // Each optional layer is `None` when off: `Option<Layer>` is a layer
+    // that is not there (it enables nothing).
+    Ok(Box::new(
+        tracing_subscriber::registry()
+            .with(fmt.with_filter(tracing_subscriber::EnvFilter::try_new(&filter)?))
+            .with(trace_ui.map(|ui| ui.layer()))
+            .with(traces.map(otlp::layer)),
+    ))
 }
 
 async fn run(
@@ -273,7 +323,8 @@ async fn run(
     let builder = tfjob_operator::runtime::client::connect::client_builder(config)?
         .with_layer(&WriteFenceLayer::new(fence.clone()))
         .with_layer(&timeout)
-        .with_layer(&rest_metrics);
+        .with_layer(&rest_metrics)
+        .with_layer(&SpanStatusLayer);
     let client = if args.kube_api_qps > 0.0 {
         builder
             .with_layer(&RateLimitLayer::new(args.kube_api_qps, args.kube_api_burst))
@@ -454,18 +505,22 @@ mod tests {
         }
     }
 
+    /// tracing caches each callsite's interest process-wide and rebuilds it
+    /// whenever a subscriber is created; two tests building subscribers at
+    /// once race on that cache (a CI run saw the trace UI's "always" leak
+    /// into the test without it), so the tests that build one take turns.
+    fn one_subscriber_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        static ONE_SUBSCRIBER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        ONE_SUBSCRIBER_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Emits one pipeline event under the subscriber for `flags`: (whether
     /// pipeline events were enabled at all, what was printed, what a trace
     /// UI viewer received).
     fn one_pipeline_event(flags: &[&str]) -> (bool, String, Vec<String>) {
-        // tracing caches each callsite's interest process-wide and rebuilds
-        // it whenever a subscriber is created; two tests building subscribers
-        // at once race on that cache (a CI run saw the trace UI's "always"
-        // leak into the test without it), so these tests take turns.
-        static ONE_SUBSCRIBER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _turn = ONE_SUBSCRIBER_AT_A_TIME
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _turn = one_subscriber_at_a_time();
         let args = run_args(flags).unwrap();
         let ui = args
             .trace_ui
@@ -474,7 +529,8 @@ mod tests {
         let mut viewer = ui.as_ref().map(TraceUi::subscribe);
         let printed = Printed::default();
         let sink = printed.clone();
-        let subscriber = log_subscriber(&args, ui.as_ref(), false, move || sink.clone()).unwrap();
+        let subscriber =
+            log_subscriber(&args, ui.as_ref(), None, false, move || sink.clone()).unwrap();
         let enabled = tracing::subscriber::with_default(subscriber, || {
             tracing::debug!(target: "pipeline", stage = "4 handler", key = "ns/job", "key added to the workqueue");
             tracing::enabled!(target: "pipeline", tracing::Level::DEBUG)
@@ -517,6 +573,69 @@ mod tests {
             );
             assert_eq!(received.len(), flags.len() - 1, "{flags:?}");
         }
+    }
+
+    /// Opens a reconcile span with a phase span inside (as the TFJob
+    /// reconciler does) under the subscriber for `flags`, its traces going
+    /// to `traces`: (whether the phase span was enabled at all, what was printed).
+    fn one_reconcile(flags: &[&str], traces: Option<&SdkTracerProvider>) -> (bool, String) {
+        let _turn = one_subscriber_at_a_time();
+        let args = run_args(flags).unwrap();
+        let printed = Printed::default();
+        let sink = printed.clone();
+        let subscriber = log_subscriber(&args, None, traces, false, move || sink.clone()).unwrap();
+        let enabled = tracing::subscriber::with_default(subscriber, || {
+            let reconcile =
+                tracing::info_span!(parent: None, "reconcile", namespace = "ns", name = "job");
+            let _in_reconcile = reconcile.enter();
+            let plan = tracing::debug_span!(target: "tfjob_operator::tfjob::reconcile", "plan");
+            let _in_plan = plan.enter();
+            tracing::info!("planned");
+            !plan.is_disabled()
+        });
+        let text = String::from_utf8(printed.0.lock().unwrap().clone()).unwrap();
+        (enabled, text)
+    }
+
+    #[test]
+    fn without_an_otlp_endpoint_there_is_no_tracer_and_phase_spans_are_not_even_enabled() {
+        let args = run_args(&[]).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert!(traces(&args, runtime.handle()).unwrap().is_none());
+        let (enabled, printed) = one_reconcile(&[], None);
+        assert!(!enabled, "the OpenTelemetry layer must not be installed");
+        assert!(
+            printed.contains("reconcile{namespace=\"ns\" name=\"job\"}"),
+            "{printed}"
+        );
+    }
+
+    #[test]
+    fn with_an_otlp_endpoint_reconciles_are_traced_and_the_log_is_as_without() {
+        let flags = ["--otlp-endpoint=http://127.0.0.1:4318"];
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let args = run_args(&flags).unwrap();
+        assert!(traces(&args, runtime.handle()).unwrap().is_some());
+        let refused = run_args(&["--otlp-endpoint=collector:4318"]).unwrap();
+        assert!(traces(&refused, runtime.handle()).is_err());
+
+        let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build();
+        let (enabled, printed) = one_reconcile(&flags, Some(&provider));
+        assert!(enabled);
+        let (_, printed_without) = one_reconcile(&[], None);
+        // Only the timestamp differs.
+        let strip = |s: &str| s.split_once(' ').map(|(_, rest)| rest.to_owned());
+        assert_eq!(strip(&printed), strip(&printed_without));
+        let spans = exporter.get_finished_spans().unwrap();
+        let names: Vec<_> = spans.iter().map(|s| s.name.as_ref()).collect();
+        assert_eq!(names, ["plan", "reconcile"]);
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! It never drops or fails a request: a request without a token waits.
 //!
 //! The deadline every request gets is in `client/timeout.rs`; the HTTP/2
-//! connection and its health check in `client/connect.rs`.
+//! connection and its health check in `client/connect.rs`; the status of
+//! API writes recorded on their trace spans in `client/span_status.rs`.
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -24,6 +25,7 @@ pub mod body;
 pub mod connect;
 pub mod fence;
 pub mod metrics;
+pub mod span_status;
 mod timeout;
 pub use timeout::*;
 

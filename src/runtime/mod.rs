@@ -18,6 +18,7 @@ pub mod logging;
 pub mod manager;
 pub mod metrics;
 pub mod object;
+pub mod otlp;
 pub mod ownership;
 pub mod protobuf;
 pub mod reflector;

@@ -15,9 +15,11 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Client, Resource};
+use tracing::Instrument;
 
 use crate::api::TFJob;
 use crate::api::constants::event;
+use crate::runtime::client::span_status::write_span;
 use crate::runtime::events::EventRecorder;
 use crate::runtime::expectations::{EXPECTATIONS_TTL, Expectations};
 use crate::runtime::ownership::{adopt, claim, release};
@@ -87,6 +89,19 @@ fn is_conflict(err: &kube::Error) -> bool {
     is_status(err, 409)
 }
 
+/// What [`TfJobReconciler::observe`] found.
+enum Observation {
+    /// The job was deleted.
+    Gone,
+    /// Our own writes are not all in the caches yet: act on nothing.
+    Waiting,
+    Ready {
+        job: Arc<TFJob>,
+        pods: Vec<Arc<Pod>>,
+        services: Vec<Arc<Service>>,
+    },
+}
+
 /// Everything a reconcile reads and writes through.
 #[derive(Clone)]
 pub struct TfJobReconciler {
@@ -105,34 +120,40 @@ pub struct TfJobReconciler {
 
 impl TfJobReconciler {
     /// Reconciles (syncs) the job at `key`; `Some(d)` asks to be called again after `d`.
+    ///
+    /// Each phase runs in a span of its own (`observe`, `plan`, `apply`,
+    /// `status`), and each API write in one under it ([`write_span`]): with
+    /// traces on, a reconcile's trace shows where its time went.
     pub async fn sync(&self, key: &ObjectKey) -> Result<Option<Duration>, SyncError> {
-        // Observe. A job gone from the cache was deleted: its children go
-        // with it through garbage collection (they carry its ownerReference).
-        let Some(cached) = self.jobs.get(key) else {
-            self.expectations.forget(key);
-            self.written.forget(key);
-            return Ok(None);
+        let observe = tracing::debug_span!(
+            "observe",
+            pods = tracing::field::Empty,
+            services = tracing::field::Empty
+        );
+        let (job, pods, services) = match self.observe(key).instrument(observe.clone()).await? {
+            Observation::Gone => return Ok(None),
+            Observation::Waiting => return Ok(Some(EXPECTATIONS_TTL)),
+            Observation::Ready {
+                job,
+                pods,
+                services,
+            } => (job, pods, services),
         };
-        let job = self.written.newest(key, cached);
-        if !self.expectations.satisfied(key) {
-            // The informer will enqueue the job again as it observes our
-            // writes; the requeue is only a safety net for a lost event.
-            tracing::debug!(%key, "expectations not yet met; waiting for the cache");
-            return Ok(Some(EXPECTATIONS_TTL));
-        }
-        let pods = self.claim_children(&job, &self.pods).await?;
-        let services = self.claim_children(&job, &self.services).await?;
+        observe.record("pods", pods.len());
+        observe.record("services", services.len());
 
         // Plan (pure).
-        let plan = plan(
-            &Observed {
-                job: &job,
-                pods: &pods,
-                services: &services,
-                now: jiff::Timestamp::now(),
-            },
-            &self.plan_config,
-        );
+        let plan = tracing::debug_span!("plan").in_scope(|| {
+            plan(
+                &Observed {
+                    job: &job,
+                    pods: &pods,
+                    services: &services,
+                    now: jiff::Timestamp::now(),
+                },
+                &self.plan_config,
+            )
+        });
         if !plan.manage {
             return Ok(None);
         }
@@ -177,8 +198,15 @@ impl TfJobReconciler {
                 e.message.clone(),
             );
         }
-        let applied = self.apply(key, &job, &plan).await;
-        match self.write_status(key, &job, &plan).await {
+        let applied = self
+            .apply(key, &job, &plan)
+            .instrument(tracing::debug_span!("apply", writes = plan.actions.len()))
+            .await;
+        let status = tracing::debug_span!(
+            "status",
+            changed = job.status.as_ref() != Some(&plan.status)
+        );
+        match self.write_status(key, &job, &plan).instrument(status).await {
             // Our cached copy was older than the server's: the watch event
             // for the newer version is on its way and will enqueue the job
             // again, so this is not an error worth a backoff. The short
@@ -226,6 +254,32 @@ impl TfJobReconciler {
         Ok(exists)
     }
 
+    /// The job and its children from the caches, unless the job is gone or
+    /// our own recent writes have not reached the caches yet.
+    async fn observe(&self, key: &ObjectKey) -> Result<Observation, SyncError> {
+        // A job gone from the cache was deleted: its children go with it
+        // through garbage collection (they carry its ownerReference).
+        let Some(cached) = self.jobs.get(key) else {
+            self.expectations.forget(key);
+            self.written.forget(key);
+            return Ok(Observation::Gone);
+        };
+        let job = self.written.newest(key, cached);
+        if !self.expectations.satisfied(key) {
+            // The informer will enqueue the job again as it observes our
+            // writes; the requeue is only a safety net for a lost event.
+            tracing::debug!(%key, "expectations not yet met; waiting for the cache");
+            return Ok(Observation::Waiting);
+        }
+        let pods = self.claim_children(&job, &self.pods).await?;
+        let services = self.claim_children(&job, &self.services).await?;
+        Ok(Observation::Ready {
+            job,
+            pods,
+            services,
+        })
+    }
+
     /// The job's children: those it controls whose labels still match, plus
     /// matching orphans it adopts; children relabelled away are released
     /// (kubernetes/kubernetes' `ControllerRefManager`, see [`crate::runtime::ownership`]).
@@ -254,8 +308,10 @@ impl TfJobReconciler {
             return Ok(owned);
         }
         let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        let kind = K::kind(&()).to_lowercase();
         for child in &claimed.release {
-            if let Err(e) = release(&api, child.as_ref(), uid).await
+            let span = write_span("patch", &kind, &child_name(child.as_ref()));
+            if let Err(e) = release(&api, child.as_ref(), uid).instrument(span).await
                 && !is_status(&e, 404)
                 && !is_status(&e, 409)
             {
@@ -284,7 +340,8 @@ impl TfJobReconciler {
             return Ok(owned);
         };
         for child in claimed.adopt {
-            match adopt(&api, child.as_ref(), &owner).await {
+            let span = write_span("patch", &kind, &child_name(child.as_ref()));
+            match adopt(&api, child.as_ref(), &owner).instrument(span).await {
                 Ok(adopted) => {
                     tracing::info!(job = %name, kind = %K::kind(&()), child = %child_name(&adopted), "adopted an orphan");
                     owned.push(Arc::new(adopted));
@@ -353,7 +410,12 @@ impl TfJobReconciler {
         K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
     {
         let name = child_name(child);
-        match api.create(&PostParams::default(), child).await {
+        let span = write_span("create", kind, &name);
+        match api
+            .create(&PostParams::default(), child)
+            .instrument(span)
+            .await
+        {
             Ok(_) => {
                 self.recorder
                     .normal(job, created, format!("Created {kind}: {name}"));
@@ -404,7 +466,8 @@ impl TfJobReconciler {
                     grace_period_seconds: force.then_some(0),
                     ..DeleteParams::default()
                 };
-                match pods.delete(name, &params).await {
+                let span = write_span("delete", "pod", name);
+                match pods.delete(name, &params).instrument(span).await {
                     Ok(_) if *force => {
                         self.recorder.warning(
                             job,
@@ -445,7 +508,12 @@ impl TfJobReconciler {
                 }
             }
             Action::DeleteService { name } => {
-                match services.delete(name, &DeleteParams::default()).await {
+                let span = write_span("delete", "service", name);
+                match services
+                    .delete(name, &DeleteParams::default())
+                    .instrument(span)
+                    .await
+                {
                     Ok(_) => {
                         self.recorder.normal(
                             job,
@@ -474,7 +542,8 @@ impl TfJobReconciler {
                     }),
                     ..DeleteParams::background()
                 };
-                match jobs.delete(&name, &params).await {
+                let span = write_span("delete", "tfjob", &name);
+                match jobs.delete(&name, &params).instrument(span).await {
                     Ok(_) => {
                         self.metrics
                             .record_deleted(job.metadata.namespace.as_deref().unwrap_or_default());
@@ -518,6 +587,7 @@ impl TfJobReconciler {
         });
         match api
             .patch(key.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .instrument(write_span("patch", "tfjob", key.name()))
             .await
         {
             Ok(stored) => {
@@ -554,6 +624,7 @@ impl TfJobReconciler {
         updated.meta_mut().managed_fields = None;
         match api
             .replace_status(key.name(), &PostParams::default(), &updated)
+            .instrument(write_span("update", "tfjob", key.name()))
             .await
         {
             Ok(stored) => {

@@ -375,3 +375,6 @@ async fn every_dashboard_query_and_alert_rule_evaluates_on_a_real_scrape() {
         .expect("the TFJobOperatorDown rule");
     assert_eq!(down["state"], "inactive", "the operator is up: {down}");
 }
+
+// Traces in a real Jaeger: a module of its own, run by `make test-observability` too.
+mod traces;
