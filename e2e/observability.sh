@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make test-observability`: the operator as its users monitor it. Runs the
 # e2e tests in tests/e2e/observability.rs against this worktree's local
-# control plane: each starts an operator, has a real Prometheus (built by
-# e2e/tools.sh) scrape it while TFJobs succeed, restart, fail and are deleted,
+# control plane: each starts an operator with --metrics-secure, has a real
+# Prometheus (built by e2e/tools.sh) scrape it over https with a token bound to
+# `system:monitoring` while TFJobs succeed, restart, fail and are deleted,
 # then checks
 #   - /metrics against the committed list docs/metrics.md (name, type, labels),
 #   - that every query of the chart's Grafana dashboard returns data,

@@ -1,6 +1,9 @@
 //! What users monitor the operator with, checked against a real Prometheus
 //! scraping a running operator while TFJobs succeed, restart, fail and are
-//! deleted by their TTL:
+//! deleted by their TTL. The operator serves `/metrics` with
+//! `--metrics-secure` (https, self-signed) and Prometheus scrapes it with the
+//! token of a ServiceAccount bound to the built-in `system:monitoring`
+//! ClusterRole, as a cluster's monitoring would:
 //!
 //! - the exposed metrics are exactly the committed list, `docs/metrics.md`
 //!   (name, type, label set), as Prometheus' OpenMetrics parser reads them;
@@ -23,8 +26,8 @@ use tfjob_operator::api::{RestartPolicy, TFJob};
 use crate::operator::{Operator, ensure_crd};
 use crate::prometheus::{JOB, Prometheus, RULES, url_encode};
 use crate::support::{
-    EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, client, shared_cluster, test_namespace,
-    wait_until,
+    EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, client, kubectl, run_ok, shared_cluster,
+    test_namespace, wait_until,
 };
 
 const SLOW: Duration = Duration::from_secs(90);
@@ -178,15 +181,34 @@ async fn run_jobs(client: &Client, ns: &str) {
     .await;
 }
 
-/// An operator for a fresh namespace, scraped by Prometheus from the start,
-/// after the jobs above ran to their ends.
+/// A token of ServiceAccount `prometheus` in `ns`, bound to the built-in
+/// `system:monitoring` ClusterRole (which may `get` `/metrics`). The
+/// ClusterRoleBinding outlives the namespace; the suite's cluster is thrown
+/// away afterwards.
+fn monitoring_token(ns: &str) -> String {
+    run_ok(kubectl().args(["create", "serviceaccount", "prometheus", "-n", ns]));
+    run_ok(kubectl().args([
+        "create",
+        "clusterrolebinding",
+        &format!("{ns}-prometheus"),
+        "--clusterrole=system:monitoring",
+        &format!("--serviceaccount={ns}:prometheus"),
+    ]));
+    run_ok(kubectl().args(["create", "token", "prometheus", "-n", ns, "--duration=1h"]))
+        .trim()
+        .to_owned()
+}
+
+/// An operator for a fresh namespace, serving `/metrics` securely and
+/// scraped by Prometheus from the start, after the jobs above ran to their ends.
 async fn scraped_operator_after_jobs(prefix: &str) -> (Operator, Prometheus) {
     let client = client().await;
     ensure_crd(&client).await;
     let ns = test_namespace(&client, prefix).await;
-    let mut operator = Operator::start(&ns);
+    let token = monitoring_token(&ns);
+    let mut operator = Operator::start_with(&ns, &["--metrics-secure"], None);
     operator.wait_ready().await;
-    let prometheus = Prometheus::start(&[operator.metrics_port]);
+    let prometheus = Prometheus::start_secure(&[operator.metrics_port], &token);
     prometheus.wait_scraped(1, 2).await;
     run_jobs(&client, &ns).await;
     // The jobs run in seconds on KWOK: let Prometheus scrape the last
