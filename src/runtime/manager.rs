@@ -317,7 +317,6 @@ impl Manager {
         // 1. Infrastructure: HTTP server and the event writer, stopped last.
         let infra = CancellationToken::new();
         let mut infra_tasks = JoinSet::new();
-        let metrics_secure = secure_metrics.is_some();
         let server = HttpServer::bind_with(
             config.probe_addr,
             config.metrics_addr,
@@ -327,7 +326,7 @@ impl Manager {
         )
         .await
         .map_err(ManagerError::Server)?;
-        tracing::info!(probe = ?server.probe_addr(), metrics = ?server.metrics_addr(), metrics_secure, "serving probes and metrics");
+        tracing::info!(probe = ?server.probe_addr(), metrics = ?server.metrics_addr(), "serving probes and metrics");
         let server_token = infra.clone();
         infra_tasks.spawn(async move {
             if let Err(error) = server.serve(server_token).await {
