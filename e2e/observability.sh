@@ -7,7 +7,10 @@
 # then checks
 #   - /metrics against the committed list docs/metrics.md (name, type, labels),
 #   - that every query of the chart's Grafana dashboard returns data,
-#   - that every alert rule of the chart evaluates without error.
+#   - that every alert rule of the chart evaluates without error,
+# and draws the dashboard's main panels from that Prometheus into
+# $TFJOB_CLUSTER_DIR/dashboard/ (e2e/dashboard/; `make dashboard-pictures`
+# draws them into docs/dashboard/ instead).
 # Uses the running cluster if there is one (and leaves it up); otherwise
 # starts one and tears it down afterwards, even on failure.
 set -euo pipefail
@@ -15,6 +18,7 @@ export LOG_TAG=observability
 # shellcheck source=e2e/lib.sh
 source "$(dirname "$0")/lib.sh"
 export TFJOB_CLUSTER_DIR TFJOB_CACHE_DIR
+export TFJOB_DASHBOARD_PICTURES="${TFJOB_DASHBOARD_PICTURES:-$TFJOB_CLUSTER_DIR/dashboard}"
 
 main() {
   local start=$SECONDS
