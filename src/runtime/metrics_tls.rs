@@ -8,14 +8,21 @@
 //! bearer token, checked by [`crate::runtime::metrics_auth`], is what
 //! protects the endpoint; TLS keeps the token and the metrics off the wire.
 //!
-//! Unlike controller-runtime's certwatcher, certificates from the directory
-//! are read once at startup: a rotated certificate takes a restart.
+//! Files in the directory are followed as controller-runtime's certwatcher
+//! follows them ([`cert_watcher`]): a renewed certificate is served within
+//! 10 s, without a restart.
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::ServerConfig;
-use rustls_pki_types::pem::PemObject;
+use rustls::crypto::CryptoProvider;
+use rustls::server::ResolvesServerCert;
+use rustls::sign::CertifiedKey;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+pub mod cert_watcher;
+
+use cert_watcher::{CHECK_INTERVAL, CertWatcher};
 
 /// The certificate file in `--metrics-cert-dir` (controller-runtime's `CertName`).
 pub const CERT_FILE: &str = "tls.crt";
@@ -60,23 +67,14 @@ impl MetricsTls {
         }
     }
 
-    /// `tls.crt` (a chain, leaf first) and `tls.key` (PKCS#8, PKCS#1 or SEC1) from `dir`.
+    /// `tls.crt` (a chain, leaf first) and `tls.key` (PKCS#8, PKCS#1 or
+    /// SEC1) from `dir`, read again when they change.
     pub fn from_dir(dir: &Path) -> Result<Self, TlsError> {
-        let (cert_path, key_path) = (dir.join(CERT_FILE), dir.join(KEY_FILE));
-        let chain = CertificateDer::pem_file_iter(&cert_path)
-            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-            .map_err(|source| TlsError::Read {
-                path: cert_path.clone(),
-                source,
-            })?;
-        if chain.is_empty() {
-            return Err(TlsError::NoCertificate { path: cert_path });
-        }
-        let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|source| TlsError::Read {
-            path: key_path,
-            source,
-        })?;
-        Self::with(chain, key, format!("{}", cert_path.display()))
+        let provider = provider();
+        let watcher = CertWatcher::new(dir, provider.clone(), CHECK_INTERVAL)?;
+        let leaf = watcher.current().cert[0].clone();
+        let source = format!("{} (followed)", dir.join(CERT_FILE).display());
+        Self::with(provider, Arc::new(watcher), leaf, source)
     }
 
     /// A certificate for `localhost` and 127.0.0.1, valid from yesterday for
@@ -97,26 +95,26 @@ impl MetricsTls {
         params.not_before = ymd(today.yesterday().unwrap_or(today));
         params.not_after = ymd(today.saturating_add(jiff::Span::new().years(1)));
         let cert = params.self_signed(&key).map_err(TlsError::Generate)?;
-        Self::with(
-            vec![cert.der().clone()],
-            PrivateKeyDer::from(key),
-            "a self-signed certificate (no --metrics-cert-dir)".to_owned(),
-        )
+        let leaf = cert.der().clone();
+        let provider = provider();
+        let pair = CertifiedKey::from_der(vec![leaf.clone()], PrivateKeyDer::from(key), &provider)
+            .map_err(TlsError::Config)?;
+        let resolver = Arc::new(rustls::sign::SingleCertAndKey::from(pair));
+        let source = "a self-signed certificate (no --metrics-cert-dir)".to_owned();
+        Self::with(provider, resolver, leaf, source)
     }
 
     fn with(
-        chain: Vec<CertificateDer<'static>>,
-        key: PrivateKeyDer<'static>,
+        provider: Arc<CryptoProvider>,
+        resolver: Arc<dyn ResolvesServerCert>,
+        leaf: CertificateDer<'static>,
         source: String,
     ) -> Result<Self, TlsError> {
-        let leaf = chain[0].clone();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(TlsError::Config)?
             .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .map_err(TlsError::Config)?;
+            .with_cert_resolver(resolver);
         // The metrics server speaks HTTP/1.1 only (axum's `http1`).
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Self {
@@ -131,7 +129,7 @@ impl MetricsTls {
         self.config.clone()
     }
 
-    /// The certificate served (the first of the chain).
+    /// The certificate served at startup (the first of the chain).
     pub fn certificate(&self) -> &CertificateDer<'static> {
         &self.leaf
     }
@@ -140,6 +138,11 @@ impl MetricsTls {
     pub fn source(&self) -> &str {
         &self.source
     }
+}
+
+/// rustls with ring, as kube's client is built.
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
 }
 
 #[cfg(test)]
@@ -170,7 +173,7 @@ mod tests {
 
         std::fs::write(dir.join(KEY_FILE), generated.signing_key.serialize_pem()).unwrap();
         let tls = MetricsTls::from_dir(&dir).unwrap();
-        assert!(tls.source().ends_with("tls.crt"), "{}", tls.source());
+        assert!(tls.source().contains("tls.crt"), "{}", tls.source());
 
         std::fs::write(dir.join(CERT_FILE), "not a certificate\n").unwrap();
         let err = MetricsTls::from_dir(&dir).unwrap_err();
