@@ -9,8 +9,9 @@
 //! - no `Authorization: Bearer` header, or a token the TokenReview does not
 //!   authenticate: 401;
 //! - the SubjectAccessReview does not allow it: 403, naming the user;
-//! - either review fails to reach the API server: 500 (not cached, so the
-//!   next scrape asks again);
+//! - either review fails to reach the API server, or takes longer than
+//!   [`REVIEW_TIMEOUT`] (controller-runtime's `TokenAccessReviewTimeout`):
+//!   500 (not cached, so the next scrape asks again);
 //! - allowed: the metrics.
 //!
 //! The reviewer needs `create` on `tokenreviews` (authentication.k8s.io) and
@@ -20,6 +21,7 @@
 //! [`verdict_cache`] says for how long and why.
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
@@ -33,6 +35,10 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::{Api, PostParams};
 
 pub mod verdict_cache;
+
+/// How long one review may take before the request is answered 500 (a
+/// scraper's own timeout is typically 10 s too).
+pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 
 use verdict_cache::{Key, Verdict, VerdictCache};
 
@@ -52,6 +58,8 @@ pub enum ReviewError {
     TokenReview(#[source] kube::Error),
     #[error("SubjectAccessReview failed")]
     SubjectAccessReview(#[source] kube::Error),
+    #[error("the API server did not answer the review within {0:?}")]
+    Timeout(Duration),
 }
 
 /// The two questions the filter asks. [`ApiServerReviews`] asks the API
@@ -178,12 +186,22 @@ impl MetricsAuth {
         if let Some(verdict) = self.cache().get(&key) {
             return Ok(verdict);
         }
-        let verdict = match self.reviews.authenticate(token).await? {
+        let timed_out = |_| ReviewError::Timeout(REVIEW_TIMEOUT);
+        let authenticated = tokio::time::timeout(REVIEW_TIMEOUT, self.reviews.authenticate(token))
+            .await
+            .map_err(timed_out)??;
+        let verdict = match authenticated {
             None => Verdict::Unauthenticated,
-            Some(who) => match self.reviews.authorize(&who, verb, path).await? {
-                true => Verdict::Allowed,
-                false => Verdict::Denied { user: who.username },
-            },
+            Some(who) => {
+                let review = self.reviews.authorize(&who, verb, path);
+                match tokio::time::timeout(REVIEW_TIMEOUT, review)
+                    .await
+                    .map_err(timed_out)??
+                {
+                    true => Verdict::Allowed,
+                    false => Verdict::Denied { user: who.username },
+                }
+            }
         };
         self.cache().insert(key, verdict.clone());
         Ok(verdict)
@@ -257,6 +275,7 @@ mod tests {
                         username: format!("system:serviceaccount:ns:{token}"),
                         ..Identity::default()
                     })),
+                    "hangs" => std::future::pending().await,
                     "broken" => Err(ReviewError::TokenReview(kube::Error::Service(
                         "connection refused".into(),
                     ))),
@@ -333,6 +352,19 @@ mod tests {
         assert!(auth.verdict("broken", "get", "/metrics").await.is_err());
         assert!(auth.verdict("broken", "get", "/metrics").await.is_err());
         assert_eq!(calls(&reviews), (2, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_review_the_api_server_does_not_answer_times_out_uncached() {
+        let reviews = Counted::default();
+        let auth = MetricsAuth::with_reviews(reviews.clone());
+        let err = auth.verdict("hangs", "get", "/metrics").await.unwrap_err();
+        assert!(
+            matches!(err, ReviewError::Timeout(t) if t == REVIEW_TIMEOUT),
+            "{err}"
+        );
+        assert!(auth.verdict("hangs", "get", "/metrics").await.is_err());
+        assert_eq!(calls(&reviews), (2, 0), "asked again: not cached");
     }
 
     fn request(authorization: Option<&str>) -> Request {
