@@ -102,8 +102,12 @@ chromium:
 	chromium --version
 
 .PHONY: test-observability
-test-observability: cluster-tools ## Metrics vs docs/metrics.md, every dashboard query and alert rule, on a real Prometheus (the running cluster, or a fresh one)
+test-observability: cluster-tools ## Metrics vs docs/metrics.md, every dashboard query and alert rule, on a real Prometheus scraping the secured /metrics; the main panels drawn into .cluster/dashboard/ (the running cluster, or a fresh one)
 	bash e2e/observability.sh
+
+.PHONY: dashboard-pictures
+dashboard-pictures: cluster-tools ## Redraw docs/dashboard/*.png: the dashboard's main panels from a real Prometheus scraping the e2e workload (the running cluster, or a fresh one)
+	bash e2e/dashboard-pictures.sh
 
 .PHONY: e2e-kubeflow-crd
 e2e-kubeflow-crd: cluster-tools ## Only the core e2e scenarios under Kubeflow's own TFJob CRD (crd.install=false users), on a fresh local cluster

@@ -21,8 +21,10 @@ use tfjob_operator::runtime::logging::{FlatJson, log_filter};
 use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
 use tfjob_operator::runtime::metrics::build_info::{self, BuildInfo};
 use tfjob_operator::runtime::metrics::process::ProcessCollector;
+use tfjob_operator::runtime::metrics_auth::MetricsAuth;
+use tfjob_operator::runtime::metrics_tls::MetricsTls;
 use tfjob_operator::runtime::otlp::{self, TracesConfig};
-use tfjob_operator::runtime::server::HttpServer;
+use tfjob_operator::runtime::server::{HttpServer, SecureMetrics};
 use tfjob_operator::runtime::trace_ui::TraceUi;
 use tfjob_operator::tfjob::controller::{Options, setup};
 use tfjob_operator::tfjob::schema::{CRD_NAME, StatusSchema};
@@ -74,6 +76,25 @@ struct RunArgs {
     /// Where /metrics is served: `:8080`, `host:port`, `[::1]:8080`, or `0` (off).
     #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = ":8080")]
     metrics_bind_address: BindAddress,
+    /// Serve /metrics over HTTPS, only to bearer tokens the API server
+    /// authenticates (TokenReview) and authorizes for `get` on the
+    /// non-resource URL /metrics (SubjectAccessReview)
+    /// (`--metrics-secure`, `--metrics-secure=true|false`). Needs a metrics
+    /// address other than the probes'.
+    #[arg(
+        long,
+        env = "METRICS_SECURE",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    metrics_secure: bool,
+    /// With --metrics-secure: the directory holding tls.crt and tls.key
+    /// (default: a self-signed certificate generated at startup).
+    #[arg(long, env = "METRICS_CERT_DIR", value_name = "DIR")]
+    metrics_cert_dir: Option<std::path::PathBuf>,
     /// Where /healthz and /readyz are served (same forms as the metrics address).
     #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081")]
     health_probe_bind_address: BindAddress,
@@ -376,6 +397,15 @@ async fn run(
     manager
         .readiness()
         .add_detail(format!("crd {CRD_NAME}: {status_schema}"));
+    if args.metrics_secure {
+        let tls = MetricsTls::new(args.metrics_cert_dir.as_deref())?;
+        tracing::info!(
+            certificate = tls.source(),
+            "serving /metrics over HTTPS to authorized tokens"
+        );
+        let auth = MetricsAuth::new(client.clone());
+        manager.secure_metrics(SecureMetrics { tls, auth });
+    }
     let registry = manager.registry();
     rest_metrics.register(&registry);
     ProcessCollector::register(&registry);
@@ -472,6 +502,29 @@ mod tests {
             Some("0.0.0.0:8080".parse().unwrap())
         );
         assert!(run_args(&["--metrics-bind-address=8080"]).is_err());
+    }
+
+    #[test]
+    fn metrics_secure_is_off_by_default_and_spelled_as_controller_runtime() {
+        let defaults = run_args(&[]).unwrap();
+        assert!(!defaults.metrics_secure);
+        assert_eq!(defaults.metrics_cert_dir, None);
+        assert!(run_args(&["--metrics-secure"]).unwrap().metrics_secure);
+        assert!(
+            !run_args(&["--metrics-secure=false"])
+                .unwrap()
+                .metrics_secure
+        );
+        let args = run_args(&[
+            "--metrics-secure=true",
+            "--metrics-cert-dir=/tmp/k8s-metrics-server/serving-certs",
+        ])
+        .unwrap();
+        assert!(args.metrics_secure);
+        assert_eq!(
+            args.metrics_cert_dir.as_deref(),
+            Some(Path::new("/tmp/k8s-metrics-server/serving-certs"))
+        );
     }
 
     #[test]

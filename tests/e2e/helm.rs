@@ -46,6 +46,7 @@ use crate::support::{
     helm, kubectl, random_suffix, run_ok, shared_cluster, test_namespace, wait_until,
 };
 
+mod metrics_auth;
 mod render;
 
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/tfjob-operator");
