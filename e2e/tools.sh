@@ -268,7 +268,9 @@ main() {
   build_helm4
   build_prometheus
   [[ -n "${TFJOB_KUEUE_BIN:-}" ]] || build_kueue
-  build_jaeger
+  # Jaeger only for `make test-observability` (TFJOB_WITH_JAEGER=1): about 6
+  # minutes cold that `make test` does not spend.
+  if [[ "${TFJOB_WITH_JAEGER:-0}" == 1 && -z "${TFJOB_JAEGER_BIN:-}" ]]; then build_jaeger; fi
   link_bin_dir
   link_prometheus
   link_helm4
