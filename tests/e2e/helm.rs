@@ -730,7 +730,8 @@ async fn the_chart_service_account_may_do_what_the_operator_needs_and_nothing_mo
         );
     }
     // …the Lease only in its own namespace…
-    for verb in ["get", "create", "update"] {
+    // (watch: a standby takes over as soon as the leader releases it.)
+    for verb in ["get", "create", "update", "watch"] {
         assert!(can(&sa, verb, "coordination.k8s.io", "leases", None, Some(&ns)).await);
         assert!(
             !can(
