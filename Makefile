@@ -191,6 +191,8 @@ $(HADOLINT_VENV)/.installed:
 .PHONY: docker-lint
 docker-lint: $(HADOLINT_VENV)/.installed ## hadolint the Dockerfile (every rule, failing on info and up)
 	$(HADOLINT_VENV)/bin/hadolint --failure-threshold info Dockerfile
+	@source hack/image/versions.env; grep -qx "ARG CARGO_AUDITABLE_VERSION=$$CARGO_AUDITABLE_VERSION" Dockerfile \
+	  || { echo "Dockerfile: ARG CARGO_AUDITABLE_VERSION differs from hack/image/versions.env ($$CARGO_AUDITABLE_VERSION)"; exit 1; }
 .PHONY: bench-e2e
 bench-e2e: cluster-tools ## Side by side with Kubeflow's training-operator and the raw limit (fresh cluster; BENCH_JOBS=50 for a quick run)
 	bash e2e/peers.sh
