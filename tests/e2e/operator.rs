@@ -141,6 +141,9 @@ pub struct Operator {
     extra_args: Vec<String>,
     kubeconfig: Option<PathBuf>,
     env: Vec<(String, String)>,
+    /// `None`: every namespace.
+    watch_namespace: Option<String>,
+    lease_namespace: String,
 }
 
 impl Operator {
@@ -219,6 +222,8 @@ impl Operator {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
+            watch_namespace: namespace.map(str::to_owned),
+            lease_namespace: lease_namespace.to_owned(),
         }
     }
 
@@ -260,9 +265,10 @@ impl Operator {
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.as_str()))
                 .collect();
+            // As it was started: an all-namespaces operator stays one.
             let again = Self::spawn(
-                Some(&self.namespace),
-                &self.namespace,
+                self.watch_namespace.as_deref(),
+                &self.lease_namespace,
                 &args,
                 self.kubeconfig.take(),
                 &env,
