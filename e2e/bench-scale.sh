@@ -60,10 +60,14 @@ if [[ -z "${BENCH_OPERATOR_BIN:-}" ]]; then
   cp "${CARGO_TARGET_DIR:-$REPO_DIR/target}/dist/tfjob-operator" target/bench/tfjob-operator
   export BENCH_OPERATOR_BIN="$REPO_DIR/target/bench/tfjob-operator"
 fi
-bench_bin=$(cargo bench --bench e2e --no-run --message-format=json 2>/dev/null |
-  sed -n 's/.*"target":{[^}]*"name":"e2e".*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+# SCALE_BENCH_BIN: an e2e bench binary built already (skips the build).
+bench_bin="${SCALE_BENCH_BIN:-}"
+if [[ -z "$bench_bin" ]]; then
+  bench_bin=$(cargo bench --bench e2e --no-run --message-format=json 2>/dev/null |
+    sed -n 's/.*"target":{[^}]*"name":"e2e".*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+fi
 [[ -x "$bench_bin" ]] || die "could not build benches/e2e.rs (try: cargo bench --bench e2e --no-run)"
-cp "$bench_bin" target/bench/scale-e2e-bench
+[[ "$bench_bin" -ef target/bench/scale-e2e-bench ]] || cp "$bench_bin" target/bench/scale-e2e-bench
 
 teardown() {
   local rc=$?
