@@ -4,7 +4,7 @@
 # (target/bench/scale-cluster, torn down by a trap), then
 # e2e/scale/report.py checks every run, fits the growth and draws the curves.
 #
-# Series (SCALE_SERIES, comma-separated; default all three):
+# Series (SCALE_SERIES, comma-separated; default all four):
 #   jobs     SCALE_JOBS jobs × (1 Chief + 1 PS + 2 Workers)   default "50 200 1000 2000"
 #   big      one job × (1 Chief + SCALE_WORKERS Workers)      default "100 500 2000 5000"
 #   noise    SCALE_NOISE_JOBS (200) jobs with SCALE_NOISE unrelated Pods present
@@ -17,6 +17,7 @@
 # A quick subset for a busy machine:
 #   SCALE_JOBS="50 200" SCALE_WORKERS="100 500" SCALE_NOISE="0 5000" SCALE_TO_AT= \
 #     SCALE_RESTART_JOBS=200 make bench-scale
+# and to add a size to earlier results: SCALE_KEEP=1 SCALE_SERIES=jobs SCALE_JOBS=1000 ...
 #
 # Results: target/bench/scale/<series>-<size>.json (the bench's e2e.json of
 # that size) and logs/, then report.py writes target/bench/scale/scale.json,
@@ -35,7 +36,7 @@ export TFJOB_NODE_PODS="${TFJOB_NODE_PODS:-8000}"
 # QPS (default 50), which bounds how fast any Pod is bound to a node.
 export TFJOB_SCHEDULER_QPS="${SCALE_SCHEDULER_QPS:-}"
 
-SERIES="${SCALE_SERIES:-jobs,big,noise}"
+SERIES="${SCALE_SERIES:-jobs,big,noise,restart}"
 JOBS_SIZES="${SCALE_JOBS-50 200 1000 2000}"
 WORKER_SIZES="${SCALE_WORKERS-100 500 2000 5000}"
 NOISE_SIZES="${SCALE_NOISE-0 5000 20000}"
@@ -103,7 +104,8 @@ run() {
   fi
 }
 
-rm -f "$OUT"/*.json "$OUT"/*.md
+# SCALE_KEEP=1 keeps the results of earlier runs (to add sizes to a series).
+[[ "${SCALE_KEEP:-0}" == 1 ]] || rm -f "$OUT"/*.json "$OUT"/*.md
 if has_series jobs; then
   for n in $JOBS_SIZES; do
     peers="$PEERS"
