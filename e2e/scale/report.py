@@ -258,8 +258,8 @@ def restart_table(restarts):
         writes = {k: v for k, v in r.get("requests_by_verb", {}).items()
                   if not k.startswith(("get ", "list ", "watch "))}
         lines.append(
-            f"| {r['jobs']:,} | {r.get('pods', 0):,} | {num(r.get('ready_s'))} "
-            f"| {num(r.get('first_reconcile_s'), 2)} | {num(r.get('all_reconciled_s'))} "
+            f"| {r['jobs']:,} | {r.get('pods', 0):,} | {num(r.get('ready_s'), 2)} "
+            f"| {num(r.get('first_reconcile_s'), 2)} | {num(r.get('all_reconciled_s'), 2)} "
             f"| {r.get('requests', 0):,} | {sum(writes.values()):,} "
             f"| {', '.join(f'{k}: {v}' for k, v in sorted(writes.items())) or '-'} "
             f"| {num(r.get('peak_rss_mb'), 0)} | {num(r.get('cpu_s'), 2)} | {r.get('outcome')} |"
@@ -291,7 +291,7 @@ def main():
         print(fit_lines(series, f))
         if args.plots:
             path = plot(series, data, args.plots)
-            print(f"\n![{series}]({path.name}) (written to {path})")
+            print(f"\n![{series}]({path.parent.name}/{path.name}) (written to {path})")
         print()
     for r in restarts:
         if r.get("outcome") != "ok":

@@ -195,7 +195,11 @@ def main():
     try:
         admin("delete", "namespace", NS, "--ignore-not-found", "--wait=true", "--timeout=600s")
         admin("apply", "--server-side", "--force-conflicts", "-f", str(repo / "crds/kubeflow.org_tfjobs.yaml"))
-        admin("wait", "--for=condition=Established", "crd/tfjobs.kubeflow.org", "--timeout=60s")
+        # A CRD created a moment ago has no conditions yet, and `kubectl
+        # wait` fails on that instead of waiting.
+        wait("the TFJob CRD to be Established", 60, lambda: "True" in admin(
+            "get", "crd/tfjobs.kubeflow.org", "-o",
+            "jsonpath={.status.conditions[?(@.type=='Established')].status}", check=False), every=0.5)
         admin("create", "namespace", NS)
         log(f"creating {n} TFJobs in {NS}")
         for i in range(0, n, 500):
