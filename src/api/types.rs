@@ -297,7 +297,10 @@ mod tests {
             "template": {"spec": {"containers": [{"name": "tensorflow", "image": "tf"}]}}
         });
         let spec: ReplicaSpec = serde_json::from_value(json.clone()).expect("decodes");
-        assert_eq!(spec.template.spec.as_ref().map(|s| s.containers.len()), Some(1));
+        assert_eq!(
+            spec.template.spec.as_ref().map(|s| s.containers.len()),
+            Some(1)
+        );
         assert_eq!(serde_json::to_value(&spec).expect("encodes"), json);
     }
 }
