@@ -198,6 +198,10 @@ bench-e2e: cluster-tools ## Side by side with Kubeflow's training-operator and t
 	bash e2e/peers.sh
 	bash e2e/bench.sh
 
+.PHONY: bench-scale
+bench-scale: cluster-tools ## Curves: 50-2,000 jobs, 100-5,000 workers, 0-20,000 unrelated Pods vs the bare client; plots in docs/scale/ (docs/scale.md)
+	bash e2e/bench-scale.sh
+
 # ---------------------------------------------------------------- the image and the supply chain
 
 # The image is assembled without a container engine: a static binary
