@@ -12,12 +12,18 @@
 # manager, running as the unprivileged user 65532. TLS is rustls with the
 # cluster's CA (the service account's ca.crt), so neither OpenSSL nor a CA
 # bundle is needed. This is the image `make image` assembles without Docker
-# (hack/image/, checked by `make image-test`); that one also embeds the
-# dependency list (cargo auditable) and is reproducible to the digest.
+# (hack/image/, checked by `make image-test`); both embed the dependency
+# list (cargo auditable), so a scanner can audit the binary in either; that
+# one is also reproducible to the digest.
 
 ARG RUST_VERSION=1.95
+# Keep equal to hack/image/versions.env.
+ARG CARGO_AUDITABLE_VERSION=0.7.7
 
 FROM rust:${RUST_VERSION}-slim-bookworm AS build
+ARG CARGO_AUDITABLE_VERSION
+# Its own layer, before the sources: rebuilt only when the version changes.
+RUN cargo install --locked "cargo-auditable@${CARGO_AUDITABLE_VERSION}"
 WORKDIR /src
 # .dockerignore lets in only what the build needs (Cargo.toml, Cargo.lock,
 # src/ and any benches/ or tests/ the manifest names), so a change to the
@@ -35,7 +41,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     target="$(rustc -vV | sed -n 's/^host: //p')" \
     && RUSTFLAGS='-C target-feature=+crt-static' \
-       cargo build --profile dist --locked --target "$target" --bin tfjob-operator \
+       cargo auditable build --profile dist --locked --target "$target" --bin tfjob-operator \
     && mkdir -p /out \
     && objcopy --strip-debug "target/$target/dist/tfjob-operator" /out/tfjob-operator
 

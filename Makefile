@@ -15,7 +15,7 @@ help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: lint unit crd-check proto-schema-check e2e ## Everything CI runs: lint, unit tests, CRD and protobuf-table drift checks, e2e on a fresh local cluster
+test: lint unit docs-diagrams crd-check proto-schema-check e2e ## Everything CI runs: lint, unit tests, the docs' diagrams rendered, CRD and protobuf-table drift checks, e2e on a fresh local cluster
 
 .PHONY: lint
 lint: fmt-check clippy deny chart-lint rules-check docker-lint ## cargo fmt --check, clippy -D warnings, cargo deny, the Helm chart and its alert rules, the Dockerfile
@@ -33,6 +33,10 @@ unit: ## Unit, property and doc tests, and the docs/ drift guard (no cluster nee
 	cargo test --lib --bins
 	cargo test --doc
 	cargo test --test docs
+
+.PHONY: docs-diagrams
+docs-diagrams: chromium ## Render every Mermaid diagram in the docs with mermaid-cli in headless Chromium (fails on one that does not parse)
+	bash hack/docs/check-diagrams.sh
 
 .PHONY: crd
 crd: ## Regenerate crds/ (and the chart's copy) from the Rust types
@@ -83,7 +87,8 @@ test-faults: cluster-tools ## The fault suite in full on a fresh local cluster (
 test-ui: cluster-tools chromium ## The trace UI (--trace-ui) in headless Chromium (the running cluster, or a fresh one); screenshots in .cluster/trace-ui/
 	bash e2e/test-ui.sh
 
-# Headless Chromium for the trace UI's browser test (tests/e2e/trace_ui.rs):
+# Headless Chromium for the trace UI's browser test (tests/e2e/trace_ui.rs) and
+# the docs' diagrams (hack/docs/check-diagrams.sh):
 # Debian's package, installed when missing. CHROMIUM=/path names another build.
 .PHONY: chromium
 chromium:
@@ -97,8 +102,13 @@ chromium:
 	chromium --version
 
 .PHONY: test-observability
-test-observability: cluster-tools ## Metrics vs docs/metrics.md, every dashboard query and alert rule, on a real Prometheus (the running cluster, or a fresh one)
+test-observability: cluster-tools ## Metrics vs docs/metrics.md, every dashboard query and alert rule, on a real Prometheus scraping the secured /metrics; traces in a real Jaeger; the main panels drawn into .cluster/dashboard/ (the running cluster, or a fresh one)
+	TFJOB_WITH_JAEGER=1 bash e2e/tools.sh
 	bash e2e/observability.sh
+
+.PHONY: dashboard-pictures
+dashboard-pictures: cluster-tools ## Redraw docs/dashboard/*.png: the dashboard's main panels from a real Prometheus scraping the e2e workload (the running cluster, or a fresh one)
+	bash e2e/dashboard-pictures.sh
 
 .PHONY: e2e-kubeflow-crd
 e2e-kubeflow-crd: cluster-tools ## Only the core e2e scenarios under Kubeflow's own TFJob CRD (crd.install=false users), on a fresh local cluster
@@ -181,10 +191,16 @@ $(HADOLINT_VENV)/.installed:
 .PHONY: docker-lint
 docker-lint: $(HADOLINT_VENV)/.installed ## hadolint the Dockerfile (every rule, failing on info and up)
 	$(HADOLINT_VENV)/bin/hadolint --failure-threshold info Dockerfile
+	@source hack/image/versions.env; grep -qx "ARG CARGO_AUDITABLE_VERSION=$$CARGO_AUDITABLE_VERSION" Dockerfile \
+	  || { echo "Dockerfile: ARG CARGO_AUDITABLE_VERSION differs from hack/image/versions.env ($$CARGO_AUDITABLE_VERSION)"; exit 1; }
 .PHONY: bench-e2e
 bench-e2e: cluster-tools ## Side by side with Kubeflow's training-operator and the raw limit (fresh cluster; BENCH_JOBS=50 for a quick run)
 	bash e2e/peers.sh
 	bash e2e/bench.sh
+
+.PHONY: bench-scale
+bench-scale: cluster-tools ## Curves: 50-2,000 jobs, 100-5,000 workers, 0-20,000 unrelated Pods vs the bare client; plots in docs/scale/ (docs/scale.md)
+	bash e2e/bench-scale.sh
 
 # ---------------------------------------------------------------- the image and the supply chain
 

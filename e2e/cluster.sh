@@ -37,7 +37,8 @@ BIN="$(bin_dir)"
 # SIGTERM for a long time.
 COMPONENTS=(kwok kube-scheduler kube-controller-manager kube-apiserver etcd)
 NODES=4
-NODE_PODS=3000
+# Pods per fake node; `make bench-scale` raises it for its 20,000 unrelated Pods.
+NODE_PODS="${TFJOB_NODE_PODS:-3000}"
 # A node with this label is no longer managed by KWOK: see start_kwok.
 LOST_NODE_LABEL=e2e.tfjob-operator.local/lost
 
@@ -315,7 +316,7 @@ start_scheduler() {
     --authentication-kubeconfig "$D/kubeconfigs/scheduler" \
     --authorization-kubeconfig "$D/kubeconfigs/scheduler" \
     --bind-address 127.0.0.1 --secure-port "$SCHEDULER_PORT" --leader-elect=false \
-    --profiling=false
+    --profiling=false ${TFJOB_SCHEDULER_QPS:+--kube-api-qps "$TFJOB_SCHEDULER_QPS" --kube-api-burst "$((TFJOB_SCHEDULER_QPS * 2))"}
   wait_for 60 kube-scheduler curl -kfsS "https://127.0.0.1:$SCHEDULER_PORT/healthz"
 }
 

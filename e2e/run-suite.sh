@@ -2,9 +2,9 @@
 # The end-to-end suite, as `make e2e` and CI run it:
 #   1. prove the harness restarts cleanly: up, down (no leaked process or port), via check-cycle.sh
 #   2. start a fresh local control plane
-#   3. start Kueue next to it (e2e/kueue.sh), for tests/e2e/kueue.rs
-#   4. cargo test --test e2e -- --ignored   (all e2e tests, in parallel, one namespace each;
-#      then the Kueue tests on their own, away from the tests that restart the API server)
+#   3. cargo test --test e2e -- --ignored   (all e2e tests but Kueue's, in parallel, one namespace each)
+#   4. start Kueue next to the cluster (e2e/kueue.sh) and run tests/e2e/kueue.rs on their own,
+#      after the tests that restart the API server
 #   5. stop Kueue; swap the TFJob CRD for Kubeflow's own and run the core scenarios
 #      again under it (TFJOB_E2E_CRD=kubeflow; see run_kubeflow_crd_phase)
 #   6. the fault-injection suite on a fresh cluster (fault_suite below)
@@ -37,7 +37,7 @@ trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- Kueue
 
-# Kueue (tests/e2e/kueue.rs) runs beside the cluster for the main phase only.
+# Kueue (tests/e2e/kueue.rs) runs beside the cluster after the main pass only.
 kueue_up() {
   local start=$SECONDS
   bash "$E2E_DIR/kueue.sh" up
@@ -153,13 +153,15 @@ main() {
     log "faults: cycle check + cluster-up $((up_done - start)) s, fault suite $((SECONDS - up_done)) s"
     return "$rc"
   fi
-  kueue_up
   log "running the e2e tests (--test-threads=$E2E_TEST_THREADS)"
-  cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" --skip kueue:: || rc=$?
-  # Kueue's tests on their own: other tests restart the API server, and Kueue
-  # (a separate process, client-go inside) may take longer to find it again
-  # than a test waits — one CI run saw Kueue admit nothing for 90 s after such
-  # a restart.
+  # The Jaeger test runs in `make test-observability` (which builds Jaeger).
+  cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" --skip kueue:: \
+    --skip observability::traces:: || rc=$?
+  # Kueue starts only now, for its tests on their own: other tests restart the
+  # API server, and Kueue (a separate process, client-go inside) admitted
+  # nothing for 90 s after such a restart in 3 of 6 CI runs when it had been
+  # started before them.
+  kueue_up
   log "running the Kueue e2e tests on their own"
   if ! cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" kueue::; then
     # Kueue (an external process) sometimes admits nothing after the API

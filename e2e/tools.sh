@@ -10,12 +10,16 @@
 #   prometheus, promtool        go install github.com/prometheus/prometheus/cmd/...@$PROMETHEUS_VERSION
 #   kueue                       go install sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION (e2e/kueue.sh runs it;
 #                               its CRDs and webhook manifests are read from the module cache at run time)
+#   jaeger                      github.com/jaegertracing/jaeger/cmd/jaeger@$JAEGER_VERSION via the wrapper
+#                               module e2e/jaeger (go build; make test-observability sends it the
+#                               operator's OTLP traces)
 # Versions are pinned in e2e/versions.env; each tool lands in
 # $TFJOB_CACHE_DIR/tools/<tool>-<version>/ and is never rebuilt while that
 # directory exists. A cold run compiles Kubernetes: roughly 5-15 minutes on 2 cores
 # (Kueue adds about 3 more).
 # Prints nothing but progress; `bash e2e/tools.sh --bin-dir` prints the bin dir,
-# `--kueue-bin` the Kueue binary (TFJOB_KUEUE_BIN, when set, names another one).
+# `--kueue-bin` the Kueue binary (TFJOB_KUEUE_BIN, when set, names another one),
+# `--jaeger-bin` the Jaeger binary.
 set -euo pipefail
 export LOG_TAG=tools
 # shellcheck source=e2e/lib.sh
@@ -191,6 +195,30 @@ build_kueue() {
   finish "$dir"
 }
 
+jaeger_dir() { echo "$TOOLS_DIR/jaeger-$JAEGER_VERSION"; }
+
+# Jaeger v2 (cmd/jaeger, an OpenTelemetry Collector build). Its go.mod has a
+# replace directive, which `go install pkg@version` refuses, so it is built
+# from the wrapper module e2e/jaeger as Kubernetes is from e2e/k8s. Not linked
+# into the bin dir (whose name is keyed by the control plane's versions):
+# `--jaeger-bin` prints where it is.
+build_jaeger() {
+  local dir
+  dir=$(jaeger_dir)
+  [[ -x "$dir/bin/jaeger" ]] && return
+  grep -q "^require github.com/jaegertracing/jaeger $JAEGER_VERSION\$" "$E2E_DIR/jaeger/go.mod" \
+    || die "e2e/jaeger/go.mod does not pin github.com/jaegertracing/jaeger $JAEGER_VERSION: run e2e/jaeger/regen.sh"
+  log "building Jaeger $JAEGER_VERSION (go build; about 6 minutes cold on 2 cores)"
+  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
+  # The stamp shows in `jaeger version` and Jaeger's build_info metric.
+  local ldflags="-s -w -X github.com/jaegertracing/jaeger/internal/version.latestVersion=$JAEGER_VERSION"
+  (cd "$E2E_DIR/jaeger" && with_progress "Jaeger $JAEGER_VERSION" "$dir.tmp/build.log" \
+    go build -v -trimpath -buildvcs=false -ldflags "$ldflags" -o "$dir.tmp/bin/jaeger" \
+    github.com/jaegertracing/jaeger/cmd/jaeger)
+  "$dir.tmp/bin/jaeger" version 2>&1 | grep -q "$JAEGER_VERSION" || die "jaeger was not stamped with $JAEGER_VERSION"
+  finish "$dir"
+}
+
 link_bin_dir() {
   local dir
   dir=$(bin_dir)
@@ -207,6 +235,10 @@ link_bin_dir() {
 main() {
   if [[ "${1:-}" == "--bin-dir" ]]; then
     bin_dir
+    return 0
+  fi
+  if [[ "${1:-}" == "--jaeger-bin" ]]; then
+    echo "$(jaeger_dir)/bin/jaeger"
     return 0
   fi
   if [[ "${1:-}" == "--kueue-bin" ]]; then
@@ -236,6 +268,9 @@ main() {
   build_helm4
   build_prometheus
   [[ -n "${TFJOB_KUEUE_BIN:-}" ]] || build_kueue
+  # Jaeger only for `make test-observability` (TFJOB_WITH_JAEGER=1): about 6
+  # minutes cold that `make test` does not spend.
+  if [[ "${TFJOB_WITH_JAEGER:-0}" == 1 && -z "${TFJOB_JAEGER_BIN:-}" ]]; then build_jaeger; fi
   link_bin_dir
   link_prometheus
   link_helm4

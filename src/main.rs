@@ -6,20 +6,25 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use kube::api::{Api, ListParams};
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use tfjob_operator::api::TFJob;
 use tfjob_operator::runtime::InformerFactory;
 use tfjob_operator::runtime::client::fence::{WriteFence, WriteFenceLayer};
 use tfjob_operator::runtime::client::metrics::RestClientMetricsLayer;
+use tfjob_operator::runtime::client::span_status::SpanStatusLayer;
 use tfjob_operator::runtime::client::{RateLimitLayer, RequestTimeoutLayer};
 use tfjob_operator::runtime::flags::{
-    BindAddress, SERVICE_ACCOUNT_NAMESPACE, leader_election_namespace,
+    BindAddress, GoDuration, SERVICE_ACCOUNT_NAMESPACE, leader_election_namespace,
 };
 use tfjob_operator::runtime::leader_election::LeaderElectionConfig;
 use tfjob_operator::runtime::logging::{FlatJson, log_filter};
 use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
 use tfjob_operator::runtime::metrics::build_info::{self, BuildInfo};
 use tfjob_operator::runtime::metrics::process::ProcessCollector;
-use tfjob_operator::runtime::server::HttpServer;
+use tfjob_operator::runtime::metrics_auth::MetricsAuth;
+use tfjob_operator::runtime::metrics_tls::MetricsTls;
+use tfjob_operator::runtime::otlp::{self, TracesConfig};
+use tfjob_operator::runtime::server::{HttpServer, SecureMetrics};
 use tfjob_operator::runtime::trace_ui::TraceUi;
 use tfjob_operator::tfjob::controller::{Options, setup};
 use tfjob_operator::tfjob::schema::{CRD_NAME, StatusSchema};
@@ -71,6 +76,25 @@ struct RunArgs {
     /// Where /metrics is served: `:8080`, `host:port`, `[::1]:8080`, or `0` (off).
     #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = ":8080")]
     metrics_bind_address: BindAddress,
+    /// Serve /metrics over HTTPS, only to bearer tokens the API server
+    /// authenticates (TokenReview) and authorizes for `get` on the
+    /// non-resource URL /metrics (SubjectAccessReview)
+    /// (`--metrics-secure`, `--metrics-secure=true|false`). Needs a metrics
+    /// address other than the probes'.
+    #[arg(
+        long,
+        env = "METRICS_SECURE",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    metrics_secure: bool,
+    /// With --metrics-secure: the directory holding tls.crt and tls.key
+    /// (default: a self-signed certificate generated at startup).
+    #[arg(long, env = "METRICS_CERT_DIR", value_name = "DIR")]
+    metrics_cert_dir: Option<std::path::PathBuf>,
     /// Where /healthz and /readyz are served (same forms as the metrics address).
     #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081")]
     health_probe_bind_address: BindAddress,
@@ -97,6 +121,19 @@ struct RunArgs {
         default_value = "tfjob-operator-leader"
     )]
     leader_election_id: String,
+    /// How long a Lease stays valid without renewal: a standby takes over
+    /// this long after the leader stopped renewing (kube-controller-manager's
+    /// flag; `15s`, `1m`, ...).
+    #[arg(long, env = "LEADER_ELECT_LEASE_DURATION", default_value = "15s")]
+    leader_elect_lease_duration: GoDuration,
+    /// How long the leader keeps trying to renew before it gives up leading
+    /// (shorter than the lease duration). Raise both together where the API
+    /// server can be unreachable for longer, e.g. while it restarts.
+    #[arg(long, env = "LEADER_ELECT_RENEW_DEADLINE", default_value = "10s")]
+    leader_elect_renew_deadline: GoDuration,
+    /// How often a candidate tries to acquire or renew the Lease.
+    #[arg(long, env = "LEADER_ELECT_RETRY_PERIOD", default_value = "2s")]
+    leader_elect_retry_period: GoDuration,
     /// Cluster domain appended to `.svc` in TF_CONFIG addresses (Kubeflow's CUSTOM_CLUSTER_DOMAIN).
     #[arg(long, env = "CUSTOM_CLUSTER_DOMAIN")]
     cluster_domain: Option<String>,
@@ -148,6 +185,11 @@ struct RunArgs {
     /// off by default).
     #[arg(long, env = "TFJOB_TRACE_UI", value_name = "ADDR", default_value = "0")]
     trace_ui: BindAddress,
+    /// Send traces (one per reconcile, with its phases and API writes) to
+    /// this OpenTelemetry collector over OTLP/HTTP, e.g.
+    /// `http://collector:4318` (`/v1/traces` is appended); off when unset.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    otlp_endpoint: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -161,26 +203,65 @@ fn main() -> anyhow::Result<()> {
                 .trace_ui
                 .addr()
                 .map(|addr| (addr, TraceUi::new(stop_trace_ui.clone())));
-            init_logging(&args, trace_ui.as_ref().map(|(_, ui)| ui))?;
             let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(async {
+            let traces = traces(&args, runtime.handle())?;
+            init_logging(&args, trace_ui.as_ref().map(|(_, ui)| ui), traces.as_ref())?;
+            let result = runtime.block_on(async {
                 let result = run(*args, trace_ui).await;
                 stop_trace_ui.cancel();
                 result
-            })?;
+            });
+            // The manager has stopped (on SIGTERM too) and the runtime the
+            // exporter sends on still runs: the last spans go out now.
+            if let Some(provider) = traces
+                && let Err(error) = provider.shutdown()
+            {
+                tracing::warn!(%error, "failed to send the last traces");
+            }
+            result?;
         }
     }
     Ok(())
 }
 
+/// With `--otlp-endpoint` (or `OTEL_EXPORTER_OTLP_ENDPOINT`), the tracer
+/// provider exporting there, sending on `runtime`.
+fn traces(
+    args: &RunArgs,
+    runtime: &tokio::runtime::Handle,
+) -> anyhow::Result<Option<SdkTracerProvider>> {
+    let Some(endpoint) = args.otlp_endpoint.as_deref().filter(|e| !e.is_empty()) else {
+        return Ok(None);
+    };
+    // The chart passes the Pod's name and namespace (downward API).
+    let attributes = [
+        ("k8s.pod.name", "POD_NAME"),
+        ("k8s.namespace.name", "POD_NAMESPACE"),
+    ]
+    .into_iter()
+    .filter_map(|(key, var)| Some((key, std::env::var(var).ok()?)))
+    .collect();
+    let config = TracesConfig {
+        endpoint: endpoint.to_owned(),
+        service_version: env!("CARGO_PKG_VERSION").to_owned(),
+        attributes,
+    };
+    Ok(Some(otlp::tracer_provider(&config, runtime.clone())?))
+}
+
 /// The log (filtered by `--zap-log-level`, plus the pipeline's lines with
 /// `--trace-pipeline`) and, with `--trace-ui`, the trace UI's layer beside it
 /// with its own filter: the page sees the pipeline without it being printed.
-/// Without `--trace-ui` that layer is not installed at all.
-fn init_logging(args: &RunArgs, trace_ui: Option<&TraceUi>) -> anyhow::Result<()> {
+/// Without `--trace-ui` that layer is not installed at all; nor is the
+/// OpenTelemetry layer without `traces`.
+fn init_logging(
+    args: &RunArgs,
+    trace_ui: Option<&TraceUi>,
+    traces: Option<&SdkTracerProvider>,
+) -> anyhow::Result<()> {
     use std::io::IsTerminal;
     let ansi = std::io::stdout().is_terminal();
-    log_subscriber(args, trace_ui, ansi, std::io::stdout)?
+    log_subscriber(args, trace_ui, traces, ansi, std::io::stdout)?
         .try_init()
         .map_err(|e| anyhow::anyhow!("failed to set up logging: {e}"))
 }
@@ -189,6 +270,7 @@ fn init_logging(args: &RunArgs, trace_ui: Option<&TraceUi>) -> anyhow::Result<()
 fn log_subscriber<W>(
     args: &RunArgs,
     trace_ui: Option<&TraceUi>,
+    traces: Option<&SdkTracerProvider>,
     ansi: bool,
     writer: W,
 ) -> anyhow::Result<Box<dyn tracing::Subscriber + Send + Sync>>
@@ -209,12 +291,14 @@ where
             .event_format(FlatJson)
             .boxed(),
     };
-    let log = tracing_subscriber::registry()
-        .with(fmt.with_filter(tracing_subscriber::EnvFilter::try_new(&filter)?));
-    Ok(match trace_ui {
-        None => Box::new(log),
-        Some(ui) => Box::new(log.with(ui.layer())),
-    })
+    // Each optional layer is `None` when off: `Option<Layer>` is a layer
+    // that is not there (it enables nothing).
+    Ok(Box::new(
+        tracing_subscriber::registry()
+            .with(fmt.with_filter(tracing_subscriber::EnvFilter::try_new(&filter)?))
+            .with(trace_ui.map(|ui| ui.layer()))
+            .with(traces.map(otlp::layer)),
+    ))
 }
 
 async fn run(
@@ -256,10 +340,12 @@ async fn run(
     };
     // Metrics outermost, so a request cut by its deadline or refused by the
     // fence is counted too.
-    let builder = kube::client::ClientBuilder::try_from(config)?
+    // HTTP/2 with client-go's 30 s + 15 s ping health check (runtime::client::connect).
+    let builder = tfjob_operator::runtime::client::connect::client_builder(config)?
         .with_layer(&WriteFenceLayer::new(fence.clone()))
         .with_layer(&timeout)
-        .with_layer(&rest_metrics);
+        .with_layer(&rest_metrics)
+        .with_layer(&SpanStatusLayer);
     let client = if args.kube_api_qps > 0.0 {
         builder
             .with_layer(&RateLimitLayer::new(args.kube_api_qps, args.kube_api_burst))
@@ -276,9 +362,19 @@ async fn run(
         );
         LeaderElectionConfig {
             fence,
+            lease_duration: args.leader_elect_lease_duration.0,
+            renew_deadline: args.leader_elect_renew_deadline.0,
+            retry_period: args.leader_elect_retry_period.0,
             ..LeaderElectionConfig::new(&namespace, &args.leader_election_id)
         }
     });
+    if let Some(config) = &leader_election {
+        config.validate().map_err(|e| {
+            anyhow::anyhow!(
+                "{e}: check --leader-elect-lease-duration, --leader-elect-renew-deadline and --leader-elect-retry-period"
+            )
+        })?;
+    }
     let mut manager = Manager::new(
         client.clone(),
         ManagerConfig {
@@ -301,6 +397,15 @@ async fn run(
     manager
         .readiness()
         .add_detail(format!("crd {CRD_NAME}: {status_schema}"));
+    if args.metrics_secure {
+        let tls = MetricsTls::new(args.metrics_cert_dir.as_deref())?;
+        tracing::info!(
+            certificate = tls.source(),
+            "serving /metrics over HTTPS to authorized tokens"
+        );
+        let auth = MetricsAuth::new(client.clone());
+        manager.secure_metrics(SecureMetrics { tls, auth });
+    }
     let registry = manager.registry();
     rest_metrics.register(&registry);
     ProcessCollector::register(&registry);
@@ -400,6 +505,29 @@ mod tests {
     }
 
     #[test]
+    fn metrics_secure_is_off_by_default_and_spelled_as_controller_runtime() {
+        let defaults = run_args(&[]).unwrap();
+        assert!(!defaults.metrics_secure);
+        assert_eq!(defaults.metrics_cert_dir, None);
+        assert!(run_args(&["--metrics-secure"]).unwrap().metrics_secure);
+        assert!(
+            !run_args(&["--metrics-secure=false"])
+                .unwrap()
+                .metrics_secure
+        );
+        let args = run_args(&[
+            "--metrics-secure=true",
+            "--metrics-cert-dir=/tmp/k8s-metrics-server/serving-certs",
+        ])
+        .unwrap();
+        assert!(args.metrics_secure);
+        assert_eq!(
+            args.metrics_cert_dir.as_deref(),
+            Some(Path::new("/tmp/k8s-metrics-server/serving-certs"))
+        );
+    }
+
+    #[test]
     fn the_log_level_is_spelled_as_zap_or_as_before() {
         assert_eq!(
             run_args(&["--zap-log-level=debug"]).unwrap().log_level,
@@ -430,18 +558,22 @@ mod tests {
         }
     }
 
+    /// tracing caches each callsite's interest process-wide and rebuilds it
+    /// whenever a subscriber is created; two tests building subscribers at
+    /// once race on that cache (a CI run saw the trace UI's "always" leak
+    /// into the test without it), so the tests that build one take turns.
+    fn one_subscriber_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        static ONE_SUBSCRIBER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        ONE_SUBSCRIBER_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Emits one pipeline event under the subscriber for `flags`: (whether
     /// pipeline events were enabled at all, what was printed, what a trace
     /// UI viewer received).
     fn one_pipeline_event(flags: &[&str]) -> (bool, String, Vec<String>) {
-        // tracing caches each callsite's interest process-wide and rebuilds
-        // it whenever a subscriber is created; two tests building subscribers
-        // at once race on that cache (a CI run saw the trace UI's "always"
-        // leak into the test without it), so these tests take turns.
-        static ONE_SUBSCRIBER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _turn = ONE_SUBSCRIBER_AT_A_TIME
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _turn = one_subscriber_at_a_time();
         let args = run_args(flags).unwrap();
         let ui = args
             .trace_ui
@@ -450,7 +582,8 @@ mod tests {
         let mut viewer = ui.as_ref().map(TraceUi::subscribe);
         let printed = Printed::default();
         let sink = printed.clone();
-        let subscriber = log_subscriber(&args, ui.as_ref(), false, move || sink.clone()).unwrap();
+        let subscriber =
+            log_subscriber(&args, ui.as_ref(), None, false, move || sink.clone()).unwrap();
         let enabled = tracing::subscriber::with_default(subscriber, || {
             tracing::debug!(target: "pipeline", stage = "4 handler", key = "ns/job", "key added to the workqueue");
             tracing::enabled!(target: "pipeline", tracing::Level::DEBUG)
@@ -493,6 +626,97 @@ mod tests {
             );
             assert_eq!(received.len(), flags.len() - 1, "{flags:?}");
         }
+    }
+
+    /// Opens a reconcile span with a phase span inside (as the TFJob
+    /// reconciler does) under the subscriber for `flags`, its traces going
+    /// to `traces`: (whether the phase span was enabled at all, what was printed).
+    fn one_reconcile(flags: &[&str], traces: Option<&SdkTracerProvider>) -> (bool, String) {
+        let _turn = one_subscriber_at_a_time();
+        let args = run_args(flags).unwrap();
+        let printed = Printed::default();
+        let sink = printed.clone();
+        let subscriber = log_subscriber(&args, None, traces, false, move || sink.clone()).unwrap();
+        let enabled = tracing::subscriber::with_default(subscriber, || {
+            let reconcile =
+                tracing::info_span!(parent: None, "reconcile", namespace = "ns", name = "job");
+            let _in_reconcile = reconcile.enter();
+            let plan = tracing::debug_span!(target: "tfjob_operator::tfjob::reconcile", "plan");
+            let _in_plan = plan.enter();
+            tracing::info!("planned");
+            !plan.is_disabled()
+        });
+        let text = String::from_utf8(printed.0.lock().unwrap().clone()).unwrap();
+        (enabled, text)
+    }
+
+    #[test]
+    fn without_an_otlp_endpoint_there_is_no_tracer_and_phase_spans_are_not_even_enabled() {
+        let args = run_args(&[]).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert!(traces(&args, runtime.handle()).unwrap().is_none());
+        let (enabled, printed) = one_reconcile(&[], None);
+        assert!(!enabled, "the OpenTelemetry layer must not be installed");
+        assert!(
+            printed.contains("reconcile{namespace=\"ns\" name=\"job\"}"),
+            "{printed}"
+        );
+    }
+
+    #[test]
+    fn with_an_otlp_endpoint_reconciles_are_traced_and_the_log_is_as_without() {
+        let flags = ["--otlp-endpoint=http://127.0.0.1:4318"];
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let args = run_args(&flags).unwrap();
+        assert!(traces(&args, runtime.handle()).unwrap().is_some());
+        let refused = run_args(&["--otlp-endpoint=collector:4318"]).unwrap();
+        assert!(traces(&refused, runtime.handle()).is_err());
+
+        let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build();
+        let (enabled, printed) = one_reconcile(&flags, Some(&provider));
+        assert!(enabled);
+        let (_, printed_without) = one_reconcile(&[], None);
+        // Only the timestamp differs.
+        let strip = |s: &str| s.split_once(' ').map(|(_, rest)| rest.to_owned());
+        assert_eq!(strip(&printed), strip(&printed_without));
+        let spans = exporter.get_finished_spans().unwrap();
+        let names: Vec<_> = spans.iter().map(|s| s.name.as_ref()).collect();
+        assert_eq!(names, ["plan", "reconcile"]);
+    }
+
+    #[test]
+    fn leader_election_timings_take_kube_controller_managers_flags() {
+        let args = run_args(&[
+            "--leader-elect-lease-duration=1m",
+            "--leader-elect-renew-deadline=40s",
+            "--leader-elect-retry-period=500ms",
+        ])
+        .unwrap();
+        assert_eq!(args.leader_elect_lease_duration.0, Duration::from_secs(60));
+        assert_eq!(args.leader_elect_renew_deadline.0, Duration::from_secs(40));
+        assert_eq!(args.leader_elect_retry_period.0, Duration::from_millis(500));
+        let defaults = run_args(&[]).unwrap();
+        assert_eq!(
+            defaults.leader_elect_lease_duration.0,
+            Duration::from_secs(15)
+        );
+        assert_eq!(
+            defaults.leader_elect_renew_deadline.0,
+            Duration::from_secs(10)
+        );
+        assert_eq!(defaults.leader_elect_retry_period.0, Duration::from_secs(2));
+        let e = run_args(&["--leader-elect-renew-deadline=ten"]).unwrap_err();
+        assert!(
+            e.to_string().contains("--leader-elect-renew-deadline"),
+            "{e}"
+        );
     }
 
     #[test]

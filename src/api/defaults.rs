@@ -115,7 +115,7 @@ pub fn normalize(job_name: &str, spec: &TFJobSpec) -> Result<JobSpec, SpecError>
             ));
         }
         check_containers(&field, &rs.template)?;
-        let mut template = rs.template.clone();
+        let mut template = PodTemplateSpec::clone(&rs.template);
         let port = ensure_port(&mut template)
             .map_err(|problem| spec_error(format!("{field}.template.spec.containers"), problem))?;
         let replica = Replica {

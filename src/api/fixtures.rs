@@ -32,7 +32,7 @@ impl TfJobFixture {
             rtype.as_str().to_owned(),
             ReplicaSpec {
                 replicas: Some(n),
-                template: tensorflow_template(),
+                template: Box::new(tensorflow_template()),
                 restart_policy: None,
             },
         );

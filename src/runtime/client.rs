@@ -9,7 +9,9 @@
 //!
 //! It never drops or fails a request: a request without a token waits.
 //!
-//! The deadline every request gets is in `client/timeout.rs`.
+//! The deadline every request gets is in `client/timeout.rs`; the HTTP/2
+//! connection and its health check in `client/connect.rs`; the status of
+//! API writes recorded on their trace spans in `client/span_status.rs`.
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -19,8 +21,11 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
 
+pub mod body;
+pub mod connect;
 pub mod fence;
 pub mod metrics;
+pub mod span_status;
 mod timeout;
 pub use timeout::*;
 

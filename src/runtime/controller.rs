@@ -378,7 +378,8 @@ impl<R: Reconciler> Inner<R> {
         let Some(key) = self.queue.get().await else {
             return false;
         };
-        tracing::debug!(target: "pipeline", stage = "5 worker", controller = %self.name, key = %key, "key taken from the workqueue: reconciling");
+        // `depth`: keys still ready in the queue behind this one.
+        tracing::debug!(target: "pipeline", stage = "5 worker", controller = %self.name, key = %key, depth = self.queue.len(), "key taken from the workqueue: reconciling");
         self.metrics.active_workers.inc();
         self.reconcile_handler(&key).await;
         self.metrics.active_workers.dec();
@@ -391,7 +392,8 @@ impl<R: Reconciler> Inner<R> {
     async fn reconcile_handler(&self, key: &ObjectKey) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         // controller-runtime's log keys, so JSON logs read like a Go controller's.
-        let span = tracing::info_span!("reconcile", controller = %self.name, namespace = key.namespace().unwrap_or_default(), name = key.name(), reconcileID = id);
+        // No parent: each reconcile is a trace of its own (runtime::otlp).
+        let span = tracing::info_span!(parent: None, "reconcile", controller = %self.name, namespace = key.namespace().unwrap_or_default(), name = key.name(), reconcileID = id, otel.status_code = tracing::field::Empty);
         let start = Instant::now();
         // A panic must not take the worker (or the process) down with it.
         let result = AssertUnwindSafe(self.reconciler.reconcile(key.clone()))
@@ -418,12 +420,14 @@ impl<R: Reconciler> Inner<R> {
                 tracing::debug!(?after, "requeue after");
             }
             Ok(Err(err)) if err.is_terminal() => {
+                span.record("otel.status_code", "error");
                 self.queue.forget(key);
                 m.error(err.category());
                 m.terminal_errors.inc();
                 tracing::error!(error = %err, category = err.category(), "terminal reconcile error, not retrying");
             }
             Ok(Err(err)) => {
+                span.record("otel.status_code", "error");
                 self.queue.add_rate_limited(key.clone());
                 m.error(err.category());
                 tracing::warn!(
@@ -434,6 +438,7 @@ impl<R: Reconciler> Inner<R> {
                 );
             }
             Err(panic) => {
+                span.record("otel.status_code", "error");
                 self.queue.add_rate_limited(key.clone());
                 m.panics.inc();
                 m.error("panic");

@@ -6,10 +6,14 @@
 //! - The leader-election namespace defaults as in controller-runtime's
 //!   `leaderelection` package: the Pod's own namespace, read from the
 //!   ServiceAccount mount.
+//! - Durations as Go's `time.ParseDuration` reads them (`15s`, `1m30s`,
+//!   `500ms`), the form of kube-controller-manager's `--leader-elect-*`
+//!   flags; a bare number is seconds.
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
 use std::str::FromStr;
+use std::time::Duration;
 
 /// Where the in-cluster ServiceAccount mount keeps the Pod's namespace.
 pub const SERVICE_ACCOUNT_NAMESPACE: &str =
@@ -104,6 +108,67 @@ pub fn leader_election_namespace(flag: Option<&str>, service_account_namespace: 
         .unwrap_or_else(|| "default".to_owned())
 }
 
+/// A duration flag: `15s`, `1m30s`, `500ms`, `2h`, or a bare number of seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GoDuration(pub Duration);
+
+/// Why a duration was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid duration {input:?}: {reason} (want e.g. \"15s\", \"1m30s\" or \"500ms\")")]
+pub struct DurationError {
+    input: String,
+    reason: &'static str,
+}
+
+impl FromStr for GoDuration {
+    type Err = DurationError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |reason| DurationError {
+            input: s.to_owned(),
+            reason,
+        };
+        if let Ok(seconds) = s.parse::<f64>() {
+            return Duration::try_from_secs_f64(seconds)
+                .map(Self)
+                .map_err(|_| err("negative or too large"));
+        }
+        let mut rest = s;
+        let mut total = Duration::ZERO;
+        if rest.is_empty() {
+            return Err(err("empty"));
+        }
+        while !rest.is_empty() {
+            let number_len = rest
+                .find(|c: char| !c.is_ascii_digit() && c != '.')
+                .ok_or(err("a number without a unit"))?;
+            let (number, tail) = rest.split_at(number_len);
+            let number: f64 = number.parse().map_err(|_| err("not a number"))?;
+            let unit_len = tail
+                .find(|c: char| c.is_ascii_digit() || c == '.')
+                .unwrap_or(tail.len());
+            let (unit, tail) = tail.split_at(unit_len);
+            let unit_seconds = match unit {
+                "ms" => 0.001,
+                "s" => 1.0,
+                "m" => 60.0,
+                "h" => 3600.0,
+                _ => return Err(err("units are ms, s, m and h")),
+            };
+            total +=
+                Duration::try_from_secs_f64(number * unit_seconds).map_err(|_| err("too large"))?;
+            rest = tail;
+        }
+        Ok(Self(total))
+    }
+}
+
+impl fmt::Display for GoDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}s", self.0.as_secs_f64())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +237,23 @@ mod tests {
         assert_eq!(leader_election_namespace(Some(""), &file), "kubeflow");
         assert_eq!(leader_election_namespace(None, &missing), "default");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn durations_read_as_gos_parse_duration_reads_them() {
+        let d = |s: &str| s.parse::<GoDuration>().map(|d| d.0);
+        assert_eq!(d("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(d("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(d("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(d("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(
+            d("20"),
+            Ok(Duration::from_secs(20)),
+            "a bare number is seconds"
+        );
+        for bad in ["", "15x", "s", "-3s", "1m-2s", "-1"] {
+            let e = d(bad).unwrap_err().to_string();
+            assert!(e.contains(&format!("{bad:?}")), "{bad:?}: {e}");
+        }
     }
 }

@@ -317,7 +317,9 @@ impl<K: Object> EnqueueHandler<K> {
 
     fn enqueue(&self, keys: Vec<ObjectKey>) {
         for key in keys {
-            tracing::debug!(target: "pipeline", stage = "4 handler", key = %key, "key added to the workqueue");
+            // `depth`: keys ready in the queue as this one arrives (a key
+            // already waiting is not queued twice). Read only when tracing.
+            tracing::debug!(target: "pipeline", stage = "4 handler", key = %key, depth = self.queue.len(), "key added to the workqueue");
             self.queue.add(key);
         }
     }
@@ -417,6 +419,28 @@ mod tests {
 
     fn rs_owner() -> OwnerType {
         OwnerType::of::<ReplicaSet>()
+    }
+
+    #[test]
+    fn the_trace_line_of_an_added_key_carries_the_queues_real_depth() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let ui = crate::runtime::trace_ui::TraceUi::new(tokio_util::sync::CancellationToken::new());
+        let mut viewer = ui.subscribe();
+        let q = queue();
+        let h = EnqueueHandler::<Pod>::for_object(q.clone());
+        let subscriber = tracing_subscriber::registry().with(ui.layer());
+        tracing::subscriber::with_default(subscriber, || {
+            for name in ["a", "b", "a"] {
+                h.on_add(&pod(name, vec![]), false);
+            }
+        });
+        let depths: Vec<serde_json::Value> = std::iter::from_fn(|| viewer.try_recv().ok())
+            .map(|m| serde_json::from_str::<serde_json::Value>(&m).unwrap()["depth"].clone())
+            .collect();
+        // Ahead of each key as it arrives; "a" again finds a and b waiting
+        // and is not queued twice.
+        assert_eq!(depths, [0, 1, 2]);
+        assert_eq!(q.len(), 2);
     }
 
     #[test]

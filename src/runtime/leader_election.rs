@@ -17,8 +17,11 @@
 //!   deadline it gives up leadership, before its Lease can expire for others
 //!   (lease duration > renew deadline), so two leaders never overlap.
 //! - On a clean shutdown (client-go's `ReleaseOnCancel`) the leader clears the
-//!   holder and sets a 1 s duration, so a standby takes over at its next retry
-//!   rather than waiting out the lease.
+//!   holder and sets a 1 s duration. A standby *watches* the Lease while it
+//!   waits and tries at once when it sees it released or deleted, so a
+//!   graceful handover takes a round trip, not a retry period (client-go
+//!   only polls: up to 2.2 retry periods, 4.4 s at the defaults; measured
+//!   here before: 0.65-2.88 s after the leader's exit).
 //!
 //! The timing decisions are pure functions ([`may_acquire`],
 //! [`renew_deadline_passed`], [`next_spec`], [`released_spec`]) tested with
@@ -28,12 +31,15 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, PostParams, WatchEvent, WatchParams};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -449,9 +455,56 @@ impl LeaderElector {
         }
     }
 
-    /// Tries every retry period (jittered) until the Lease is ours. Returns
-    /// `false` if `cancel` fired first.
+    /// The holder of the Lease as this candidate last read it.
+    pub fn observed_holder(&self) -> Option<String> {
+        let state = self.lock();
+        let observed = state.observed.as_ref()?;
+        Some(holder(&observed.spec).to_owned())
+    }
+
+    /// Watches the Lease and wakes `free` whenever it is seen without a
+    /// holder (released) or deleted. Never returns: a failed or closed watch
+    /// is reopened after a retry period. A watch from resourceVersion "0"
+    /// starts with the current record, so a release made while no watch was
+    /// open is seen too.
+    async fn watch_for_release(&self, free: &Notify) {
+        let name = &self.config.lease_name;
+        loop {
+            let params = WatchParams::default()
+                .fields(&format!("metadata.name={name}"))
+                .timeout(290);
+            match self.api.watch(&params, "0").await {
+                Ok(events) => {
+                    let mut events = std::pin::pin!(events);
+                    while let Some(event) = events.next().await {
+                        match event {
+                            Ok(WatchEvent::Added(lease) | WatchEvent::Modified(lease)) => {
+                                if lease.spec.as_ref().is_none_or(|s| holder(s).is_empty()) {
+                                    tracing::debug!(lease = %name, "saw the leader lease released: trying at once");
+                                    free.notify_one();
+                                }
+                            }
+                            Ok(WatchEvent::Deleted(_)) => free.notify_one(),
+                            Ok(WatchEvent::Bookmark(_)) => {}
+                            Ok(WatchEvent::Error(_)) | Err(_) => break,
+                        }
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(lease = %name, %error, "failed to watch the leader lease; polling meanwhile")
+                }
+            }
+            tokio::time::sleep(self.config.retry_period).await;
+        }
+    }
+
+    /// Tries every retry period (jittered) until the Lease is ours, and at
+    /// once when the Lease it watches is released. Returns `false` if
+    /// `cancel` fired first.
     pub async fn acquire(&self, cancel: &CancellationToken) -> bool {
+        let free = Notify::new();
+        let watch = self.watch_for_release(&free);
+        let mut watch = std::pin::pin!(watch);
         loop {
             // A hung request must not stall the campaign: cut it off and retry.
             let attempt = tokio::select! {
@@ -490,6 +543,8 @@ impl LeaderElector {
             tokio::select! {
                 _ = cancel.cancelled() => return false,
                 _ = tokio::time::sleep(wait) => {}
+                _ = free.notified() => {}
+                _ = &mut watch => {}
             }
         }
     }

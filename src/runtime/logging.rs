@@ -73,7 +73,9 @@ where
                     continue;
                 };
                 if let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(fields) {
-                    line.extend(fields);
+                    // `otel.*` fields are instructions to the trace exporter
+                    // (a span's name, kind, status), not data to log.
+                    line.extend(fields.into_iter().filter(|(k, _)| !k.starts_with("otel.")));
                 }
             }
         }
@@ -207,8 +209,10 @@ mod tests {
                 controller = "tfjob",
                 namespace = "ns",
                 name = "job",
-                reconcileID = 7_u64
+                reconcileID = 7_u64,
+                otel.status_code = tracing::field::Empty
             );
+            span.record("otel.status_code", "error");
             let _inner = span.enter();
             tracing::warn!(attempt = 2, ok = false, "status conflict");
         });
@@ -230,6 +234,7 @@ mod tests {
         assert_eq!(object["reconcileID"], 7);
         assert_eq!(object["attempt"], 2);
         assert_eq!(object["ok"], false);
+        assert!(!object.contains_key("otel.status_code"), "{text}");
         assert!(object["ts"].as_str().unwrap().ends_with('Z'), "{text}");
         assert!(
             object.values().all(|v| !v.is_object() && !v.is_array()),

@@ -72,7 +72,7 @@ use crate::runtime::leader_election::{
     HoldOutcome, LeaderElectionConfig, LeaderElectionError, LeaderElector,
 };
 use crate::runtime::metrics::{SharedRegistry, new_registry};
-use crate::runtime::server::{HttpServer, Readiness, ServerError};
+use crate::runtime::server::{HttpServer, Readiness, SecureMetrics, ServerError};
 
 /// controller-runtime's default bound on draining runnables at shutdown.
 pub const DEFAULT_GRACEFUL_SHUTDOWN: Duration = Duration::from_secs(30);
@@ -196,6 +196,7 @@ pub struct Manager {
     /// that feed it have drained.
     background: Vec<BackgroundFn>,
     recorder: Option<EventRecorder>,
+    secure_metrics: Option<SecureMetrics>,
 }
 
 /// Why the main loop ended.
@@ -218,6 +219,7 @@ impl Manager {
             runnables: Vec::new(),
             background: Vec::new(),
             recorder: None,
+            secure_metrics: None,
         }
     }
 
@@ -261,6 +263,14 @@ impl Manager {
         });
     }
 
+    /// Serves `/metrics` over HTTPS to authorized bearer tokens only
+    /// (controller-runtime's `metricsserver.Options{SecureServing: true,
+    /// FilterProvider: filters.WithAuthenticationAndAuthorization}`). The
+    /// metrics address must then differ from the probe address.
+    pub fn secure_metrics(&mut self, secure: SecureMetrics) {
+        self.secure_metrics = Some(secure);
+    }
+
     /// An event recorder reporting as `component`. All recorders share one
     /// writer task, started with the HTTP server and stopped after the
     /// runnables, so events published while draining are still written.
@@ -291,6 +301,7 @@ impl Manager {
             runnables,
             background,
             recorder: _,
+            secure_metrics,
         } = self;
 
         let elector = match config.leader_election.clone() {
@@ -306,11 +317,12 @@ impl Manager {
         // 1. Infrastructure: HTTP server and the event writer, stopped last.
         let infra = CancellationToken::new();
         let mut infra_tasks = JoinSet::new();
-        let server = HttpServer::bind(
+        let server = HttpServer::bind_with(
             config.probe_addr,
             config.metrics_addr,
             readiness.clone(),
             registry.clone(),
+            secure_metrics,
         )
         .await
         .map_err(ManagerError::Server)?;

@@ -17,12 +17,16 @@ pub mod leader_election;
 pub mod logging;
 pub mod manager;
 pub mod metrics;
+pub mod metrics_auth;
+pub mod metrics_tls;
 pub mod object;
+pub mod otlp;
 pub mod ownership;
 pub mod protobuf;
 pub mod reflector;
 pub mod server;
 pub mod store;
+pub mod tls_listener;
 pub mod trace_ui;
 pub mod workqueue;
 

@@ -9,7 +9,14 @@
 //! - `/readyz` answers 503 until every cache has synced, 200 after, and 503
 //!   again once shutdown begins, so a rolling update stops sending traffic
 //!   (and `kubectl wait`) to a process that is going away;
-//! - `/metrics` renders the shared registry in the OpenMetrics text format.
+//! - `/metrics` renders the shared registry in the OpenMetrics text format;
+//!   with [`SecureMetrics`] (`--metrics-secure`) over HTTPS
+//!   ([`crate::runtime::metrics_tls`]) and only for bearer tokens the API
+//!   server authenticates and authorizes ([`crate::runtime::metrics_auth`]),
+//!   as controller-runtime's `SecureServing` with
+//!   `filters.WithAuthenticationAndAuthorization`. Probes stay plain HTTP
+//!   (the kubelet probes them without a token), so a secure `/metrics`
+//!   needs its own address.
 //!
 //! With `--trace-ui`, one more listener serves the live pipeline view
 //! ([`crate::runtime::trace_ui`]): the page at `/`, its server-sent events
@@ -28,10 +35,14 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use futures::future::BoxFuture;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::runtime::metrics::{SharedRegistry, encode};
+use crate::runtime::metrics_auth::{self, MetricsAuth};
+use crate::runtime::metrics_tls::MetricsTls;
+use crate::runtime::tls_listener::TlsListener;
 use crate::runtime::trace_ui::{self, TraceUi};
 
 /// Errors starting or running the HTTP server.
@@ -45,6 +56,10 @@ pub enum ServerError {
     },
     #[error("failed to serve http")]
     Serve(#[source] std::io::Error),
+    #[error(
+        "a secure /metrics needs an address of its own: the probes at {addr} stay plain HTTP for the kubelet"
+    )]
+    SecureSharedAddress { addr: SocketAddr },
 }
 
 impl ServerError {
@@ -53,6 +68,7 @@ impl ServerError {
         match self {
             Self::Bind { .. } => "bind",
             Self::Serve(_) => "serve",
+            Self::SecureSharedAddress { .. } => "config",
         }
     }
 }
@@ -112,6 +128,13 @@ impl Readiness {
     }
 }
 
+/// `/metrics` over HTTPS, for authorized bearer tokens only.
+#[derive(Clone)]
+pub struct SecureMetrics {
+    pub tls: MetricsTls,
+    pub auth: MetricsAuth,
+}
+
 #[derive(Clone)]
 struct AppState {
     readiness: Readiness,
@@ -140,8 +163,8 @@ async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-/// The routes for one listener.
-fn router(probes: bool, metrics_route: bool, state: AppState) -> Router {
+/// The routes for one listener; `/metrics` behind `auth` when given.
+fn router(probes: bool, metrics_route: bool, auth: Option<MetricsAuth>, state: AppState) -> Router {
     let mut router = Router::new();
     if probes {
         router = router
@@ -149,7 +172,14 @@ fn router(probes: bool, metrics_route: bool, state: AppState) -> Router {
             .route("/readyz", get(readyz));
     }
     if metrics_route {
-        router = router.route("/metrics", get(metrics));
+        let mut metrics_router = Router::new().route("/metrics", get(metrics));
+        if let Some(auth) = auth {
+            metrics_router = metrics_router.route_layer(axum::middleware::from_fn_with_state(
+                auth,
+                metrics_auth::require,
+            ));
+        }
+        router = router.merge(metrics_router);
     }
     router.with_state(state)
 }
@@ -164,7 +194,8 @@ fn trace_ui_router(ui: TraceUi) -> Router {
 
 /// Bound listeners, ready to serve.
 pub struct HttpServer {
-    listeners: Vec<(TcpListener, Router)>,
+    /// Each listener with its routes and, for a secure `/metrics`, its TLS.
+    listeners: Vec<(TcpListener, Router, Option<MetricsTls>)>,
     probe_addr: Option<SocketAddr>,
     metrics_addr: Option<SocketAddr>,
     trace_ui_addr: Option<SocketAddr>,
@@ -180,6 +211,18 @@ impl HttpServer {
         readiness: Readiness,
         registry: SharedRegistry,
     ) -> Result<Self, ServerError> {
+        Self::bind_with(probe_addr, metrics_addr, readiness, registry, None).await
+    }
+
+    /// [`bind`](Self::bind), with `/metrics` served as `secure` says when
+    /// given (then it must not share the probes' address).
+    pub async fn bind_with(
+        probe_addr: Option<SocketAddr>,
+        metrics_addr: Option<SocketAddr>,
+        readiness: Readiness,
+        registry: SharedRegistry,
+        secure: Option<SecureMetrics>,
+    ) -> Result<Self, ServerError> {
         let state = AppState {
             readiness,
             registry,
@@ -193,21 +236,28 @@ impl HttpServer {
         let (mut bound_probe, mut bound_metrics) = (None, None);
         match (probe_addr, metrics_addr) {
             (Some(p), Some(m)) if p == m => {
+                if secure.is_some() {
+                    return Err(ServerError::SecureSharedAddress { addr: p });
+                }
                 let listener = bind(p).await?;
                 let local = listener.local_addr().ok();
                 (bound_probe, bound_metrics) = (local, local);
-                listeners.push((listener, router(true, true, state)));
+                listeners.push((listener, router(true, true, None, state), None));
             }
             (probe, metrics_at) => {
                 if let Some(p) = probe {
                     let listener = bind(p).await?;
                     bound_probe = listener.local_addr().ok();
-                    listeners.push((listener, router(true, false, state.clone())));
+                    listeners.push((listener, router(true, false, None, state.clone()), None));
                 }
                 if let Some(m) = metrics_at {
                     let listener = bind(m).await?;
                     bound_metrics = listener.local_addr().ok();
-                    listeners.push((listener, router(false, true, state)));
+                    let (tls, auth) = match secure {
+                        Some(SecureMetrics { tls, auth }) => (Some(tls), Some(auth)),
+                        None => (None, None),
+                    };
+                    listeners.push((listener, router(false, true, auth, state), tls));
                 }
             }
         }
@@ -229,7 +279,7 @@ impl HttpServer {
             .map_err(|source| ServerError::Bind { addr, source })?;
         Ok(Self {
             trace_ui_addr: listener.local_addr().ok(),
-            listeners: vec![(listener, trace_ui_router(ui))],
+            listeners: vec![(listener, trace_ui_router(ui), None)],
             probe_addr: None,
             metrics_addr: None,
         })
@@ -252,14 +302,22 @@ impl HttpServer {
 
     /// Serves until `shutdown`, then lets in-flight requests finish.
     pub async fn serve(self, shutdown: CancellationToken) -> Result<(), ServerError> {
-        let servers = self.listeners.into_iter().map(|(listener, router)| {
-            let shutdown = shutdown.clone();
-            async move {
-                axum::serve(listener, router)
-                    .with_graceful_shutdown(shutdown.cancelled_owned())
-                    .await
-                    .map_err(ServerError::Serve)
-            }
+        let servers = self.listeners.into_iter().map(|(listener, router, tls)| {
+            let stop = shutdown.clone().cancelled_owned();
+            let served: BoxFuture<'static, std::io::Result<()>> = match tls {
+                None => Box::pin(async move {
+                    axum::serve(listener, router)
+                        .with_graceful_shutdown(stop)
+                        .await
+                }),
+                Some(tls) => Box::pin(async move {
+                    let listener = TlsListener::new(listener, tls.server_config());
+                    axum::serve(listener, router)
+                        .with_graceful_shutdown(stop)
+                        .await
+                }),
+            };
+            async move { served.await.map_err(ServerError::Serve) }
         });
         futures::future::try_join_all(servers).await.map(|_| ())
     }
@@ -375,6 +433,156 @@ pub(crate) mod tests {
         assert_eq!(http_get(addr, "/metrics").await.0, 200);
         stop.cancel();
         task.await.unwrap().unwrap();
+    }
+
+    /// Allows the token "reader"; authenticates no other.
+    struct OnlyReader;
+
+    impl crate::runtime::metrics_auth::Reviews for OnlyReader {
+        fn authenticate<'a>(
+            &'a self,
+            token: &'a str,
+        ) -> BoxFuture<'a, Result<Option<metrics_auth::Identity>, metrics_auth::ReviewError>>
+        {
+            let who = (token == "reader").then(|| metrics_auth::Identity {
+                username: "reader".into(),
+                ..Default::default()
+            });
+            Box::pin(async move { Ok(who) })
+        }
+
+        fn authorize<'a>(
+            &'a self,
+            _: &'a metrics_auth::Identity,
+            _: &'a str,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<bool, metrics_auth::ReviewError>> {
+            Box::pin(async { Ok(true) })
+        }
+    }
+
+    /// GET over TLS, trusting exactly `cert` for the name `localhost`:
+    /// (status code, body), or the error of the connection.
+    pub(crate) async fn https_get(
+        addr: SocketAddr,
+        cert: &rustls_pki_types::CertificateDer<'static>,
+        path: &str,
+        token: Option<&str>,
+    ) -> std::io::Result<(u16, String)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.clone()).unwrap();
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+        let mut tls = connector.connect(name, tcp).await?;
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n");
+        tls.write_all(request.as_bytes()).await?;
+        let mut response = Vec::new();
+        // rustls reports a peer that closes without close_notify as an
+        // error after the data; the response is complete by then.
+        let _ = tls.read_to_end(&mut response).await;
+        let text = String::from_utf8_lossy(&response).into_owned();
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| std::io::Error::other(format!("no HTTP response: {text:?}")))?;
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        Ok((status, body))
+    }
+
+    #[tokio::test]
+    async fn a_secure_metrics_port_speaks_tls_and_answers_only_authorized_tokens() {
+        let registry = new_registry();
+        registry
+            .lock()
+            .unwrap()
+            .register("demo", "a demo counter", Counter::<u64>::default());
+        let tls = MetricsTls::self_signed().unwrap();
+        let cert = tls.certificate().clone();
+        let secure = SecureMetrics {
+            tls,
+            auth: MetricsAuth::with_reviews(OnlyReader),
+        };
+        let other: Option<SocketAddr> = Some("127.0.0.2:0".parse().unwrap());
+        let server =
+            HttpServer::bind_with(loopback(), other, Readiness::new(), registry, Some(secure))
+                .await
+                .unwrap();
+        let (probe, metrics_at) = (server.probe_addr().unwrap(), server.metrics_addr().unwrap());
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(server.serve(stop.clone()));
+
+        let (status, body) = https_get(metrics_at, &cert, "/metrics", Some("reader"))
+            .await
+            .unwrap();
+        assert_eq!(status, 200);
+        assert!(body.contains("demo_total 0"), "{body}");
+        let (status, body) = https_get(metrics_at, &cert, "/metrics", None)
+            .await
+            .unwrap();
+        assert_eq!((status, body.as_str()), (401, "Unauthorized\n"));
+        let (status, _) = https_get(metrics_at, &cert, "/metrics", Some("intruder"))
+            .await
+            .unwrap();
+        assert_eq!(status, 401);
+        // Plain HTTP gets no HTTP answer from a TLS port.
+        let plain = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            let mut tcp = tokio::net::TcpStream::connect(metrics_at).await.unwrap();
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            tcp.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+                .await
+                .unwrap();
+            let mut out = Vec::new();
+            let _ = tcp.read_to_end(&mut out).await;
+            out
+        })
+        .await
+        .unwrap();
+        assert!(
+            !plain.starts_with(b"HTTP/"),
+            "{:?}",
+            String::from_utf8_lossy(&plain)
+        );
+        // The probes stay plain HTTP, without a token.
+        assert_eq!(http_get(probe, "/healthz").await, (200, "ok".to_owned()));
+
+        stop.cancel();
+        task.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_secure_metrics_port_cannot_share_the_probes_address() {
+        let secure = SecureMetrics {
+            tls: MetricsTls::self_signed().unwrap(),
+            auth: MetricsAuth::with_reviews(OnlyReader),
+        };
+        let err = HttpServer::bind_with(
+            loopback(),
+            loopback(),
+            Readiness::new(),
+            new_registry(),
+            Some(secure),
+        )
+        .await
+        .err()
+        .unwrap();
+        assert_eq!(err.category(), "config");
+        assert!(err.to_string().contains("plain HTTP"), "{err}");
     }
 
     #[tokio::test]

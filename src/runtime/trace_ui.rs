@@ -13,11 +13,10 @@
 //! channel holds [`BUFFER`] messages; a viewer that falls further behind
 //! loses the oldest (the page shows how many), the sender never waits. When
 //! `--trace-ui` is off the layer is not installed, so nothing here runs.
-use std::collections::HashSet;
 use std::convert::Infallible;
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
 use axum::http::header;
@@ -52,11 +51,6 @@ pub struct TraceUi {
 struct Inner {
     sender: broadcast::Sender<Arc<str>>,
     seq: AtomicU64,
-    /// Keys a handler added to the workqueue that no worker has taken yet:
-    /// the workqueue's depth as the trace sees it (the queue, like this set,
-    /// holds a key once however often it is added). Timed requeues enter the
-    /// queue without a trace line, so they count only once taken.
-    waiting: Mutex<HashSet<String>>,
     /// Fires at shutdown: ends every viewer's stream so the HTTP server's
     /// graceful shutdown does not wait on streams that never end.
     shutdown: CancellationToken,
@@ -76,7 +70,6 @@ impl TraceUi {
             inner: Arc::new(Inner {
                 sender,
                 seq: AtomicU64::new(0),
-                waiting: Mutex::new(HashSet::new()),
                 shutdown,
             }),
         }
@@ -111,26 +104,8 @@ impl TraceUi {
     /// Publishes one pipeline event's fields (already collected).
     fn publish(&self, mut fields: Map<String, Value>) {
         let inner = &self.inner;
-        let stage = fields.get("stage").and_then(Value::as_str).unwrap_or("");
-        let key = fields.get("key").and_then(Value::as_str).map(str::to_owned);
-        // The bookkeeping runs whether or not anyone watches, so a viewer
-        // who connects later sees the right depth.
-        let waiting = match (stage.as_bytes().first(), key) {
-            (Some(b'4'), Some(key)) => Some(inner.lock_waiting(|w| {
-                w.insert(key);
-                w.len()
-            })),
-            (Some(b'5'), Some(key)) => Some(inner.lock_waiting(|w| {
-                w.remove(&key);
-                w.len()
-            })),
-            _ => None,
-        };
         if inner.sender.receiver_count() == 0 {
             return;
-        }
-        if let Some(waiting) = waiting {
-            fields.insert("waiting".into(), waiting.into());
         }
         let seq = inner.seq.fetch_add(1, Ordering::Relaxed) + 1;
         fields.insert("seq".into(), seq.into());
@@ -139,12 +114,6 @@ impl TraceUi {
             // Err only when every viewer left since the check: nobody to tell.
             let _ = inner.sender.send(text.into());
         }
-    }
-}
-
-impl Inner {
-    fn lock_waiting<T>(&self, f: impl FnOnce(&mut HashSet<String>) -> T) -> T {
-        f(&mut self.waiting.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
@@ -284,7 +253,7 @@ mod tests {
         assert_eq!(stream.try_write(request).unwrap(), request.len());
         wait_for_viewers(&ui, 1).await;
         tracing::info!(target: "tfjob_operator", "not a pipeline event: never sent");
-        tracing::debug!(target: "pipeline", stage = "4 handler", key = "ns/job", "key added to the workqueue");
+        tracing::debug!(target: "pipeline", stage = "4 handler", key = "ns/job", depth = 3, "key added to the workqueue");
 
         // Read the (chunked) response until the first complete data line.
         let data = tokio::time::timeout(Duration::from_secs(10), async {
@@ -312,7 +281,7 @@ mod tests {
         assert_eq!(message["stage"], "4 handler");
         assert_eq!(message["key"], "ns/job");
         assert_eq!(message["msg"], "key added to the workqueue");
-        assert_eq!(message["waiting"], 1, "one key waiting in the workqueue");
+        assert_eq!(message["depth"], 3, "the queue's depth, as traced");
         assert_eq!(message["seq"], 1, "the first message sent");
 
         // Shutdown ends the open stream, so the server's graceful shutdown
@@ -357,21 +326,6 @@ mod tests {
         queued(10);
         let again = format!("{:?}", viewer.next().await.unwrap());
         assert!(again.contains(r"event: dropped\ndata: 94\n"), "{again}");
-    }
-
-    #[test]
-    fn the_depth_counts_each_waiting_key_once_until_a_worker_takes_it() {
-        let ui = TraceUi::new(CancellationToken::new());
-        let mut receiver = ui.inner.sender.subscribe();
-        let _guard = feed(&ui);
-        for key in ["ns/a", "ns/b", "ns/a"] {
-            tracing::debug!(target: "pipeline", stage = "4 handler", key, "key added to the workqueue");
-        }
-        tracing::debug!(target: "pipeline", stage = "5 worker", controller = "tfjob", key = "ns/a", "key taken from the workqueue: reconciling");
-        let waiting: Vec<Value> = std::iter::from_fn(|| receiver.try_recv().ok())
-            .map(|m| serde_json::from_str::<Value>(&m).unwrap()["waiting"].clone())
-            .collect();
-        assert_eq!(waiting, [1, 2, 2, 1]);
     }
 
     #[test]

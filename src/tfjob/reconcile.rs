@@ -17,9 +17,11 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Client, Resource};
+use tracing::Instrument;
 
 use crate::api::TFJob;
 use crate::api::constants::event;
+use crate::runtime::client::span_status::write_span;
 use crate::runtime::events::EventRecorder;
 use crate::runtime::expectations::{EXPECTATIONS_TTL, Expectations};
 use crate::runtime::ownership::{adopt, claim, release};
@@ -110,6 +112,22 @@ fn is_conflict(err: &kube::Error) -> bool {
     is_status(err, 409)
 }
 
+/// What [`TfJobReconciler::observe`] found.
+enum Observation {
+    /// The job was deleted.
+    Gone,
+    /// Our own writes are not all in the caches yet: act on nothing.
+    Waiting,
+    Ready {
+        /// As stored, or as our last status write left it.
+        stored: Arc<TFJob>,
+        /// `stored` with the status planned but not written yet over it.
+        job: Arc<TFJob>,
+        pods: Vec<Arc<Pod>>,
+        services: Vec<Arc<Service>>,
+    },
+}
+
 /// Everything a reconcile reads and writes through.
 #[derive(Clone)]
 pub struct TfJobReconciler {
@@ -130,38 +148,42 @@ pub struct TfJobReconciler {
 
 impl TfJobReconciler {
     /// Reconciles (syncs) the job at `key`; `Some(d)` asks to be called again after `d`.
+    ///
+    /// Each phase runs in a span of its own (`observe`, `plan`, `apply`,
+    /// `status`), and each API write in one under it ([`write_span`]): with
+    /// traces on, a reconcile's trace shows where its time went.
     pub async fn sync(&self, key: &ObjectKey) -> Result<Option<Duration>, SyncError> {
-        // Observe. A job gone from the cache was deleted: its children go
-        // with it through garbage collection (they carry its ownerReference).
-        let Some(cached) = self.jobs.get(key) else {
-            self.expectations.forget(key);
-            self.written.forget(key);
-            self.deferred.forget(key);
-            return Ok(None);
-        };
-        // As stored (or as our last write left it), and with the status we
-        // planned but have not written yet over it, to plan from.
-        let stored = self.written.newest(key, cached);
-        let job = self.deferred.overlay(key, stored.clone());
-        if !self.expectations.satisfied(key) {
-            // The informer will enqueue the job again as it observes our
-            // writes; the requeue is only a safety net for a lost event.
-            tracing::debug!(%key, "expectations not yet met; waiting for the cache");
-            return Ok(Some(EXPECTATIONS_TTL));
-        }
-        let pods = self.claim_children(&job, &self.pods).await?;
-        let services = self.claim_children(&job, &self.services).await?;
+        let observe = tracing::debug_span!(
+            "observe",
+            pods = tracing::field::Empty,
+            services = tracing::field::Empty
+        );
+        let (stored, job, pods, services) =
+            match self.observe(key).instrument(observe.clone()).await? {
+                Observation::Gone => return Ok(None),
+                Observation::Waiting => return Ok(Some(EXPECTATIONS_TTL)),
+                Observation::Ready {
+                    stored,
+                    job,
+                    pods,
+                    services,
+                } => (stored, job, pods, services),
+            };
+        observe.record("pods", pods.len());
+        observe.record("services", services.len());
 
         // Plan (pure).
-        let plan = plan(
-            &Observed {
-                job: &job,
-                pods: &pods,
-                services: &services,
-                now: jiff::Timestamp::now(),
-            },
-            &self.plan_config,
-        );
+        let plan = tracing::debug_span!("plan").in_scope(|| {
+            plan(
+                &Observed {
+                    job: &job,
+                    pods: &pods,
+                    services: &services,
+                    now: jiff::Timestamp::now(),
+                },
+                &self.plan_config,
+            )
+        });
         if !plan.manage {
             return Ok(None);
         }
@@ -193,6 +215,10 @@ impl TfJobReconciler {
             None => (job, stored),
         };
 
+        if re_creates_children(&job, &plan) && !self.still_exists_on_the_server(key, &job).await? {
+            return Ok(None);
+        }
+
         // Apply, then write status. Events first: they explain the writes.
         for e in &plan.events {
             self.recorder.publish(
@@ -202,7 +228,10 @@ impl TfJobReconciler {
                 e.message.clone(),
             );
         }
-        let applied = self.apply(key, &job, &plan).await;
+        let applied = self
+            .apply(key, &job, &plan)
+            .instrument(tracing::debug_span!("apply", writes = plan.actions.len()))
+            .await;
         // Throttled (429, e.g. API Priority and Fairness): what was written
         // stays written (expectations count it), the rest waits as long as
         // the server asked, and the status goes out on that pass.
@@ -212,7 +241,15 @@ impl TfJobReconciler {
             tracing::debug!(%key, ?wait, "throttled by the API server; trying again when it asked");
             return Ok(Some(wait));
         }
-        let status_due = match self.write_status(key, &stored, &plan).await {
+        let status = tracing::debug_span!(
+            "status",
+            changed = stored.status.as_ref() != Some(&plan.status)
+        );
+        let status_due = match self
+            .write_status(key, &stored, &plan)
+            .instrument(status)
+            .await
+        {
             // Our cached copy was older than the server's: the watch event
             // for the newer version is on its way and will enqueue the job
             // again, so this is not an error worth a backoff. The short
@@ -232,6 +269,69 @@ impl TfJobReconciler {
         Ok(match (plan.requeue_after, status_due) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
+        })
+    }
+
+    /// A live (quorum) read of the job before children are re-created.
+    /// Each kind has its own watch, and the Pod watch can run ahead of the
+    /// TFJob watch: after a partition heals, garbage collection's deletions
+    /// of a deleted job's children can arrive before the job's own DELETED,
+    /// and the cache alone would have the job resurrect them. One GET, only
+    /// on the replacement path; `false` when the job is gone, was replaced
+    /// by a namesake, or is being deleted (its DELETED event will follow).
+    async fn still_exists_on_the_server(
+        &self,
+        key: &ObjectKey,
+        job: &TFJob,
+    ) -> Result<bool, SyncError> {
+        let jobs: Api<TFJob> =
+            Api::namespaced(self.client.clone(), key.namespace().unwrap_or_default());
+        let live = jobs
+            .get_opt(key.name())
+            .await
+            .map_err(|source| SyncError::Write {
+                verb: "read",
+                kind: "TFJob",
+                name: key.name().to_owned(),
+                source,
+            })?;
+        let exists = live.is_some_and(|live| {
+            live.metadata.uid == job.metadata.uid && live.metadata.deletion_timestamp.is_none()
+        });
+        if !exists {
+            tracing::info!(%key, "the job is gone on the server although the cache still has it; not re-creating its children");
+        }
+        Ok(exists)
+    }
+
+    /// The job and its children from the caches, unless the job is gone or
+    /// our own recent writes have not reached the caches yet.
+    async fn observe(&self, key: &ObjectKey) -> Result<Observation, SyncError> {
+        // A job gone from the cache was deleted: its children go with it
+        // through garbage collection (they carry its ownerReference).
+        let Some(cached) = self.jobs.get(key) else {
+            self.expectations.forget(key);
+            self.written.forget(key);
+            self.deferred.forget(key);
+            return Ok(Observation::Gone);
+        };
+        // As stored (or as our last write left it), and with the status we
+        // planned but have not written yet over it, to plan from.
+        let stored = self.written.newest(key, cached);
+        let job = self.deferred.overlay(key, stored.clone());
+        if !self.expectations.satisfied(key) {
+            // The informer will enqueue the job again as it observes our
+            // writes; the requeue is only a safety net for a lost event.
+            tracing::debug!(%key, "expectations not yet met; waiting for the cache");
+            return Ok(Observation::Waiting);
+        }
+        let pods = self.claim_children(&job, &self.pods).await?;
+        let services = self.claim_children(&job, &self.services).await?;
+        Ok(Observation::Ready {
+            stored,
+            job,
+            pods,
+            services,
         })
     }
 
@@ -263,8 +363,10 @@ impl TfJobReconciler {
             return Ok(owned);
         }
         let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        let kind = K::kind(&()).to_lowercase();
         for child in &claimed.release {
-            if let Err(e) = release(&api, child.as_ref(), uid).await
+            let span = write_span("patch", &kind, &child_name(child.as_ref()));
+            if let Err(e) = release(&api, child.as_ref(), uid).instrument(span).await
                 && !is_status(&e, 404)
                 && !is_status(&e, 409)
             {
@@ -293,7 +395,8 @@ impl TfJobReconciler {
             return Ok(owned);
         };
         for child in claimed.adopt {
-            match adopt(&api, child.as_ref(), &owner).await {
+            let span = write_span("patch", &kind, &child_name(child.as_ref()));
+            match adopt(&api, child.as_ref(), &owner).instrument(span).await {
                 Ok(adopted) => {
                     tracing::info!(job = %name, kind = %K::kind(&()), child = %child_name(&adopted), "adopted an orphan");
                     owned.push(Arc::new(adopted));
@@ -405,7 +508,12 @@ impl TfJobReconciler {
         K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
     {
         let name = child_name(child);
-        match api.create(&PostParams::default(), child).await {
+        let span = write_span("create", kind, &name);
+        match api
+            .create(&PostParams::default(), child)
+            .instrument(span)
+            .await
+        {
             Ok(_) => Ok(Some(name)),
             Err(e) if is_status(&e, 409) => {
                 self.expectations.creation_failed(key);
@@ -474,7 +582,11 @@ impl TfJobReconciler {
             grace_period_seconds: force.then_some(0),
             ..DeleteParams::default()
         };
-        match pods.delete(name, &params).await {
+        match pods
+            .delete(name, &params)
+            .instrument(write_span("delete", "pod", name))
+            .await
+        {
             Ok(_) if force => {
                 self.recorder.warning(
                     job,
@@ -521,7 +633,11 @@ impl TfJobReconciler {
         services: &Api<Service>,
         name: &str,
     ) -> Result<(), SyncError> {
-        match services.delete(name, &DeleteParams::default()).await {
+        match services
+            .delete(name, &DeleteParams::default())
+            .instrument(write_span("delete", "service", name))
+            .await
+        {
             Ok(_) => {
                 self.recorder.normal(
                     job,
@@ -551,7 +667,11 @@ impl TfJobReconciler {
             }),
             ..DeleteParams::background()
         };
-        match jobs.delete(&name, &params).await {
+        match jobs
+            .delete(&name, &params)
+            .instrument(write_span("delete", "tfjob", &name))
+            .await
+        {
             Ok(_) => {
                 self.metrics
                     .record_deleted(job.metadata.namespace.as_deref().unwrap_or_default());
@@ -593,6 +713,7 @@ impl TfJobReconciler {
         });
         match api
             .patch(key.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .instrument(write_span("patch", "tfjob", key.name()))
             .await
         {
             Ok(stored) => {
@@ -635,6 +756,7 @@ impl TfJobReconciler {
         updated.meta_mut().managed_fields = None;
         match api
             .replace_status(key.name(), &PostParams::default(), &updated)
+            .instrument(write_span("update", "tfjob", key.name()))
             .await
         {
             Ok(stored) => {
@@ -657,6 +779,21 @@ impl TfJobReconciler {
 
 /// One info line when a job's state (its last condition) changes, so an
 /// operator log tells a job's story without debug logging.
+/// Whether the plan creates children for a job that had its children
+/// created before (its Created condition is set): a replacement, which
+/// [`TfJobReconciler::still_exists_on_the_server`] guards.
+fn re_creates_children(job: &TFJob, plan: &Plan) -> bool {
+    let created_before = job
+        .status
+        .as_ref()
+        .is_some_and(|s| super::conditions::is_true(s, crate::api::constants::condition::CREATED));
+    created_before
+        && plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::CreatePod(_) | Action::CreateService(_)))
+}
+
 fn log_state_change(
     key: &ObjectKey,
     old: Option<&crate::api::TFJobStatus>,

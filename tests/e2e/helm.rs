@@ -46,6 +46,7 @@ use crate::support::{
     helm, kubectl, random_suffix, run_ok, shared_cluster, test_namespace, wait_until,
 };
 
+mod metrics_auth;
 mod render;
 
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/tfjob-operator");
@@ -729,7 +730,8 @@ async fn the_chart_service_account_may_do_what_the_operator_needs_and_nothing_mo
         );
     }
     // …the Lease only in its own namespace…
-    for verb in ["get", "create", "update"] {
+    // (watch: a standby takes over as soon as the leader releases it.)
+    for verb in ["get", "create", "update", "watch"] {
         assert!(can(&sa, verb, "coordination.k8s.io", "leases", None, Some(&ns)).await);
         assert!(
             !can(

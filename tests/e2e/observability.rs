@@ -1,11 +1,17 @@
 //! What users monitor the operator with, checked against a real Prometheus
 //! scraping a running operator while TFJobs succeed, restart, fail and are
-//! deleted by their TTL:
+//! deleted by their TTL. The operator serves `/metrics` with
+//! `--metrics-secure` (https, self-signed) and Prometheus scrapes it with the
+//! token of a ServiceAccount bound to the built-in `system:monitoring`
+//! ClusterRole, as a cluster's monitoring would:
 //!
 //! - the exposed metrics are exactly the committed list, `docs/metrics.md`
 //!   (name, type, label set), as Prometheus' OpenMetrics parser reads them;
 //! - every query of the chart's Grafana dashboard returns data, and every
-//!   alert rule of the chart evaluates without error (`make test-observability`).
+//!   alert rule of the chart evaluates without error (`make test-observability`);
+//! - with `TFJOB_DASHBOARD_PICTURES=<dir>`, the dashboard's main panels are
+//!   drawn from that Prometheus into `<dir>` (`e2e/dashboard/pictures.py`;
+//!   `make dashboard-pictures` regenerates the ones in `docs/dashboard/`).
 //!
 //! Why not `promtool check metrics`: it reads only the classic text format,
 //! where a counter's `# TYPE` names the `_total` series; on OpenMetrics (what
@@ -23,8 +29,8 @@ use tfjob_operator::api::{RestartPolicy, TFJob};
 use crate::operator::{Operator, ensure_crd};
 use crate::prometheus::{JOB, Prometheus, RULES, url_encode};
 use crate::support::{
-    EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, client, shared_cluster, test_namespace,
-    wait_until,
+    EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, client, kubectl, run_ok, shared_cluster,
+    test_namespace, wait_until,
 };
 
 const SLOW: Duration = Duration::from_secs(90);
@@ -178,15 +184,34 @@ async fn run_jobs(client: &Client, ns: &str) {
     .await;
 }
 
-/// An operator for a fresh namespace, scraped by Prometheus from the start,
-/// after the jobs above ran to their ends.
+/// A token of ServiceAccount `prometheus` in `ns`, bound to the built-in
+/// `system:monitoring` ClusterRole (which may `get` `/metrics`). The
+/// ClusterRoleBinding outlives the namespace; the suite's cluster is thrown
+/// away afterwards.
+fn monitoring_token(ns: &str) -> String {
+    run_ok(kubectl().args(["create", "serviceaccount", "prometheus", "-n", ns]));
+    run_ok(kubectl().args([
+        "create",
+        "clusterrolebinding",
+        &format!("{ns}-prometheus"),
+        "--clusterrole=system:monitoring",
+        &format!("--serviceaccount={ns}:prometheus"),
+    ]));
+    run_ok(kubectl().args(["create", "token", "prometheus", "-n", ns, "--duration=1h"]))
+        .trim()
+        .to_owned()
+}
+
+/// An operator for a fresh namespace, serving `/metrics` securely and
+/// scraped by Prometheus from the start, after the jobs above ran to their ends.
 async fn scraped_operator_after_jobs(prefix: &str) -> (Operator, Prometheus) {
     let client = client().await;
     ensure_crd(&client).await;
     let ns = test_namespace(&client, prefix).await;
-    let mut operator = Operator::start(&ns);
+    let token = monitoring_token(&ns);
+    let mut operator = Operator::start_with(&ns, &["--metrics-secure"], None);
     operator.wait_ready().await;
-    let prometheus = Prometheus::start(&[operator.metrics_port]);
+    let prometheus = Prometheus::start_secure(&[operator.metrics_port], &token);
     prometheus.wait_scraped(1, 2).await;
     run_jobs(&client, &ns).await;
     // The jobs run in seconds on KWOK: let Prometheus scrape the last
@@ -328,7 +353,12 @@ async fn every_dashboard_query_and_alert_rule_evaluates_on_a_real_scrape() {
         "only {} dashboard queries",
         queries.len()
     );
+    let started = unix_now();
     let (operator, prometheus) = scraped_operator_after_jobs("obs-dash").await;
+    let pictures = std::env::var_os("TFJOB_DASHBOARD_PICTURES");
+    if pictures.is_some() {
+        picture_workload(&operator.namespace, &prometheus).await;
+    }
 
     let mut empty = Vec::new();
     for (panel, expr) in &queries {
@@ -374,4 +404,88 @@ async fn every_dashboard_query_and_alert_rule_evaluates_on_a_real_scrape() {
         .find(|r| r["name"] == "TFJobOperatorDown")
         .expect("the TFJobOperatorDown rule");
     assert_eq!(down["state"], "inactive", "the operator is up: {down}");
+
+    if let Some(dir) = pictures {
+        draw_dashboard(&prometheus, std::path::Path::new(&dir), started, unix_now());
+    }
 }
+
+/// More to draw than the two jobs above: 6 waves of 5 TFJobs (2 workers
+/// each), one job of every wave failing, each wave started once the one
+/// before has finished, all deleted 5 s after they end.
+async fn picture_workload(ns: &str, prometheus: &Prometheus) {
+    let client = client().await;
+    let jobs: Api<TFJob> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let waves = 6;
+    for wave in 0..waves {
+        let names: Vec<String> = (0..5).map(|i| format!("wave{wave}-{i}")).collect();
+        for name in &names {
+            let job = TfJobFixture::new(name)
+                .workers(2)
+                .ttl_seconds_after_finished(5)
+                .namespace(ns)
+                .build();
+            jobs.create(&PostParams::default(), &job)
+                .await
+                .unwrap_or_else(|e| panic!("failed to create TFJob {name}: {e}"));
+        }
+        for (i, name) in names.iter().enumerate() {
+            let worker = format!("{name}-worker-0");
+            running_pod(&pods, &worker, None).await;
+            // Worker 0 decides the job: 0 succeeds it, 1 fails it (restart policy Never).
+            exit(&pods, &worker, if i == 0 { 1 } else { 0 }).await;
+        }
+        for name in &names {
+            wait_until(&format!("TFJob {name} to finish"), SLOW, || async {
+                match jobs.get_opt(name).await.ok()? {
+                    None => Some(()),
+                    Some(job) => (has_condition(&job, "Succeeded")
+                        || has_condition(&job, "Failed"))
+                    .then_some(()),
+                }
+            })
+            .await;
+        }
+    }
+    // Until Prometheus has seen the last wave's TTL deletions.
+    let deleted = format!(
+        "sum(training_operator_jobs_deleted_total{{job_namespace=\"{ns}\"}}) >= {}",
+        waves * 5 + 1
+    );
+    wait_until("Prometheus to see every wave deleted", SLOW, || async {
+        let v = prometheus.query(&deleted).await?;
+        (!v.is_empty()).then_some(())
+    })
+    .await;
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+/// Draws the dashboard's main panels from `prometheus` over [start, end]
+/// into `dir` (e2e/dashboard/run.sh), and checks every picture was written.
+fn draw_dashboard(prometheus: &Prometheus, dir: &std::path::Path, start: u64, end: u64) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/dashboard/run.sh");
+    let written = run_ok(
+        std::process::Command::new("bash")
+            .arg(script)
+            .arg(format!("http://127.0.0.1:{}", prometheus.port))
+            .arg(DASHBOARD)
+            .arg(dir)
+            .args([start.to_string(), end.to_string()]),
+    );
+    let pictures: Vec<&str> = written.lines().collect();
+    assert_eq!(pictures.len(), 7, "one picture per main panel: {written}");
+    for picture in pictures {
+        let bytes = std::fs::read(picture).unwrap_or_else(|e| panic!("{picture}: {e}"));
+        assert!(bytes.starts_with(b"\x89PNG"), "{picture} is not a PNG");
+    }
+}
+
+// Traces in a real Jaeger: a module of its own, run by `make test-observability` too.
+mod traces;

@@ -140,6 +140,10 @@ pub struct Operator {
     /// test's process took one of ours between `free_port` and the bind.
     extra_args: Vec<String>,
     kubeconfig: Option<PathBuf>,
+    env: Vec<(String, String)>,
+    /// `None`: every namespace.
+    watch_namespace: Option<String>,
+    lease_namespace: String,
 }
 
 impl Operator {
@@ -150,7 +154,12 @@ impl Operator {
 
     /// Starts the operator with extra flags and, optionally, another kubeconfig.
     pub fn start_with(namespace: &str, extra_args: &[&str], kubeconfig: Option<PathBuf>) -> Self {
-        Self::spawn(Some(namespace), namespace, extra_args, kubeconfig)
+        Self::spawn(Some(namespace), namespace, extra_args, kubeconfig, &[])
+    }
+
+    /// Starts the operator with extra flags and environment variables.
+    pub fn start_with_env(namespace: &str, extra_args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn(Some(namespace), namespace, extra_args, None, env)
     }
 
     /// Starts the operator as the Helm chart runs it: no `--namespace`, so it
@@ -160,7 +169,7 @@ impl Operator {
         extra_args: &[&str],
         kubeconfig: Option<PathBuf>,
     ) -> Self {
-        Self::spawn(None, lease_namespace, extra_args, kubeconfig)
+        Self::spawn(None, lease_namespace, extra_args, kubeconfig, &[])
     }
 
     fn spawn(
@@ -168,6 +177,7 @@ impl Operator {
         lease_namespace: &str,
         extra_args: &[&str],
         kubeconfig: Option<PathBuf>,
+        env: &[(&str, &str)],
     ) -> Self {
         let metrics_port = free_port();
         let probe_port = free_port();
@@ -194,6 +204,8 @@ impl Operator {
             .args(extra_args)
             .env("KUBECONFIG", kubeconfig)
             .env_remove("WATCH_NAMESPACE")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .envs(env.iter().copied())
             .stdout(Stdio::from(file.try_clone().expect("a log file handle")))
             .stderr(Stdio::from(file))
             .spawn()
@@ -206,6 +218,12 @@ impl Operator {
             log,
             extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
             kubeconfig: kubeconfig_arg,
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            watch_namespace: namespace.map(str::to_owned),
+            lease_namespace: lease_namespace.to_owned(),
         }
     }
 
@@ -242,7 +260,19 @@ impl Operator {
                 panic!("the operator exited with {status}:\n{tail}");
             }
             let args: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
-            let again = Self::start_with(&self.namespace, &args, self.kubeconfig.take());
+            let env: Vec<(&str, &str)> = self
+                .env
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            // As it was started: an all-namespaces operator stays one.
+            let again = Self::spawn(
+                self.watch_namespace.as_deref(),
+                &self.lease_namespace,
+                &args,
+                self.kubeconfig.take(),
+                &env,
+            );
             // The old process has exited: nothing to kill.
             std::mem::forget(std::mem::replace(self, again));
         }

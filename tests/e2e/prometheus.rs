@@ -33,6 +33,18 @@ impl Prometheus {
     /// Starts Prometheus scraping `/metrics` on each of `metrics_ports`
     /// (loopback) as job [`JOB`], every second, with [`RULES`] loaded.
     pub fn start(metrics_ports: &[u16]) -> Self {
+        Self::start_with(metrics_ports, None)
+    }
+
+    /// [`start`](Self::start) for operators run with `--metrics-secure`:
+    /// scrapes over https, sending `token` as its bearer token, and accepts
+    /// the operator's self-signed certificate (`insecure_skip_verify`, what
+    /// the chart's ServiceMonitor does by default).
+    pub fn start_secure(metrics_ports: &[u16], token: &str) -> Self {
+        Self::start_with(metrics_ports, Some(token))
+    }
+
+    fn start_with(metrics_ports: &[u16], token: Option<&str>) -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
@@ -43,10 +55,25 @@ impl Prometheus {
             .iter()
             .map(|p| format!("'127.0.0.1:{p}'"))
             .collect();
+        let secure = match token {
+            None => String::new(),
+            Some(token) => {
+                let file = dir.join("token");
+                std::fs::write(&file, token).expect("the token file");
+                [
+                    "    scheme: https".to_owned(),
+                    "    authorization:".to_owned(),
+                    format!("      credentials_file: {}", file.display()),
+                    "    tls_config:".to_owned(),
+                    "      insecure_skip_verify: true\n".to_owned(),
+                ]
+                .join("\n")
+            }
+        };
         let config = format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
              rule_files:\n  - {RULES}\n\
-             scrape_configs:\n  - job_name: {JOB}\n    static_configs:\n      - targets: [{}]\n",
+             scrape_configs:\n  - job_name: {JOB}\n{secure}    static_configs:\n      - targets: [{}]\n",
             targets.join(", ")
         );
         let config_file = dir.join("prometheus.yml");

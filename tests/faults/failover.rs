@@ -7,6 +7,9 @@
 //!   old leader after the new one's first write. p50/p95 over the rounds.
 //! - SIGTERM the leader under load: its in-flight reconciles finish, it
 //!   releases the Lease, and the standby takes over within 2 s.
+//! - A released Lease wakes a waiting standby: two in-process candidates with
+//!   a 5 s retry period; the standby must hold the Lease long before its next
+//!   poll could have found it free (it watches the Lease).
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -353,5 +356,95 @@ async fn a_sigtermed_leader_finishes_its_work_releases_the_lease_and_the_standby
         } else {
             "NOT met"
         }
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make test-faults"]
+async fn a_standby_takes_a_released_lease_when_it_sees_the_release_not_at_its_next_poll() {
+    use tfjob_operator::runtime::leader_election::{LeaderElectionConfig, LeaderElector};
+    use tfjob_operator::runtime::metrics::new_registry;
+    use tokio_util::sync::CancellationToken;
+
+    let client = client().await;
+    let ns = test_namespace(&client, "fault-release").await;
+    let _cleanup_ns = Cleanup(vec![ns.clone()]);
+    // A long retry period makes the difference plain: a standby that only
+    // polls waits 5-11 s (client-go's jitter) after its first look.
+    let retry = Duration::from_secs(5);
+    let candidate = |who: &str| {
+        let config = LeaderElectionConfig {
+            identity: who.to_owned(),
+            lease_duration: Duration::from_secs(30),
+            renew_deadline: Duration::from_secs(20),
+            retry_period: retry,
+            ..LeaderElectionConfig::new(&ns, "release-test")
+        };
+        LeaderElector::new(client.clone(), config, &new_registry()).expect("a valid config")
+    };
+    let (a, b) = (candidate("a"), candidate("b"));
+    let mut handovers = Vec::new();
+    for round in 0..rounds(2).min(5) {
+        let (leader, standby) = if round % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let cancel = CancellationToken::new();
+        assert!(leader.acquire(&cancel).await, "the first candidate leads");
+        let waiting = {
+            let standby = standby.clone();
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                let won = standby.acquire(&cancel).await;
+                (won, Instant::now())
+            })
+        };
+        // The standby has looked once and found the Lease held.
+        wait_until(
+            "the standby's first look",
+            Duration::from_secs(10),
+            || async {
+                (standby.observed_holder().as_deref() == Some(leader.identity())).then_some(())
+            },
+        )
+        .await;
+        let released = Instant::now();
+        leader
+            .release()
+            .await
+            .expect("the leader releases its Lease");
+        let (won, at) = tokio::time::timeout(Duration::from_secs(30), waiting)
+            .await
+            .expect("the standby takes the Lease within 30 s")
+            .expect("the standby's task");
+        assert!(won, "the standby acquired");
+        let handover = at.saturating_duration_since(released);
+        eprintln!(
+            "release round {round}: the standby held the Lease {handover:.2?} after the release"
+        );
+        handovers.push(handover.as_secs_f64());
+        // Its next poll could not have come before `retry` after its first
+        // look: holding the Lease sooner shows it acted on the watch.
+        assert!(
+            handover < retry - Duration::from_secs(1),
+            "the standby took {handover:?} after the release: it waited for its next poll ({retry:?} retry period) instead of seeing the release"
+        );
+        standby
+            .release()
+            .await
+            .expect("the standby steps down again");
+        cancel.cancel();
+    }
+    report(
+        "lease-release-wakes-standby",
+        &[
+            ("rounds", handovers.len().to_string()),
+            ("retry_period_s", retry.as_secs().to_string()),
+            (
+                "handover_p50_s",
+                format!("{:.3}", percentile(&handovers, 50.0)),
+            ),
+            (
+                "handover_max_s",
+                format!("{:.3}", percentile(&handovers, 100.0)),
+            ),
+        ],
     );
 }

@@ -454,6 +454,27 @@ impl Supervised {
         }
     }
 
+    /// Where the supervised operators' logs are now: later text of this
+    /// process and the whole log of every process started after it.
+    pub fn log_mark(&self) -> LogMark {
+        LogMark {
+            process: self.logs.len() - 1,
+            offset: self.operator.log_text().len(),
+        }
+    }
+
+    /// What every process of this operator logged since `mark`, in order: a
+    /// restart (e.g. after a lost lease) does not hide what came before it.
+    pub fn log_since(&self, mark: &LogMark) -> String {
+        let mut text = String::new();
+        for (i, path) in self.logs.iter().enumerate().skip(mark.process) {
+            let log = std::fs::read_to_string(path).unwrap_or_default();
+            let from = if i == mark.process { mark.offset } else { 0 };
+            text.push_str(log.get(from..).unwrap_or_default());
+        }
+        text
+    }
+
     pub fn reconciles(&self) -> f64 {
         metric(
             &self.operator.metrics(),
@@ -461,6 +482,12 @@ impl Supervised {
             &[],
         )
     }
+}
+
+/// A place in a [`Supervised`] operator's logs.
+pub struct LogMark {
+    process: usize,
+    offset: usize,
 }
 
 /// Deletes the scenario's namespaces when it ends, unless it failed: a failed

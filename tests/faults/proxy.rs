@@ -15,8 +15,11 @@
 //!   flow again when the mode goes back to `Pass` (connections the client
 //!   gave up on are gone by then).
 //!
-//! And one action: [`FaultProxy::cut`] resets every open connection mid-stream
-//! (watches included), as a load balancer restart or a NAT timeout does.
+//! And two actions: [`FaultProxy::cut`] resets every open connection
+//! mid-stream (watches included), as a load balancer restart or a NAT timeout
+//! does; [`FaultProxy::strand`] makes every open connection half-open for
+//! good (nothing forwarded either way, no FIN, no RST: a peer that vanished,
+//! a NAT that dropped its state), while new connections pass.
 //!
 //! Mirrors: toxiproxy's `reset_peer` / `timeout` toxics, reduced to what the
 //! fault suite needs.
@@ -43,6 +46,9 @@ struct Shared {
     mode: watch::Sender<Mode>,
     /// Bumped by [`FaultProxy::cut`]; every relay watches it.
     cuts: watch::Sender<u64>,
+    /// Bumped by [`FaultProxy::strand`]; a relay opened before the bump
+    /// forwards nothing more.
+    strands: watch::Sender<u64>,
     accepted: AtomicU64,
     reset: AtomicU64,
 }
@@ -65,6 +71,7 @@ impl FaultProxy {
             upstream,
             mode: watch::channel(Mode::Pass).0,
             cuts: watch::channel(0).0,
+            strands: watch::channel(0).0,
             accepted: AtomicU64::new(0),
             reset: AtomicU64::new(0),
         });
@@ -87,6 +94,12 @@ impl FaultProxy {
     /// Resets every connection open now.
     pub fn cut(&self) {
         self.shared.cuts.send_modify(|n| *n += 1);
+    }
+
+    /// Strands every connection open now: they stay open and silent for
+    /// ever (until [`FaultProxy::cut`]); connections opened later pass.
+    pub fn strand(&self) {
+        self.shared.strands.send_modify(|n| *n += 1);
     }
 
     /// Connections accepted so far.
@@ -134,6 +147,7 @@ fn reset(stream: TcpStream, shared: &Shared) {
 
 #[allow(deprecated)] // set_linger(0): see `reset`
 async fn relay(client: TcpStream, shared: Arc<Shared>) {
+    let born = *shared.strands.borrow();
     let mut cuts = shared.cuts.subscribe();
     cuts.mark_unchanged();
     let mut mode = shared.mode.subscribe();
@@ -154,8 +168,13 @@ async fn relay(client: TcpStream, shared: Arc<Shared>) {
     }
     let (client_read, client_write) = client.into_split();
     let (upstream_read, upstream_write) = upstream.into_split();
-    let up = pipe(client_read, upstream_write, shared.mode.subscribe());
-    let down = pipe(upstream_read, client_write, shared.mode.subscribe());
+    let gate = |shared: &Shared| Gate {
+        mode: shared.mode.subscribe(),
+        strands: shared.strands.subscribe(),
+        born,
+    };
+    let up = pipe(client_read, upstream_write, gate(&shared));
+    let down = pipe(upstream_read, client_write, gate(&shared));
     tokio::select! {
         ended = async { tokio::join!(up, down) } => {
             // Both directions ended by themselves: nothing to reset.
@@ -173,14 +192,31 @@ async fn passable(mode: &mut watch::Receiver<Mode>) {
     let _ = mode.wait_for(|m| *m != Mode::Blackhole).await;
 }
 
-/// One direction: read, wait while blackholed, write. Readiness plus
+/// What a relay's bytes wait for: the mode to let them through, and the
+/// relay not to be stranded (opened before the last [`FaultProxy::strand`]).
+struct Gate {
+    mode: watch::Receiver<Mode>,
+    strands: watch::Receiver<u64>,
+    born: u64,
+}
+
+impl Gate {
+    async fn open(&mut self) {
+        if *self.strands.borrow() > self.born {
+            std::future::pending::<()>().await;
+        }
+        passable(&mut self.mode).await;
+    }
+}
+
+/// One direction: read, wait while blackholed or stranded, write. Readiness plus
 /// `try_read`/`try_write` rather than `AsyncRead`, which needs tokio's
 /// `io-util` feature (not enabled in this crate). Dropping `to` at the end
 /// shuts its direction down (FIN).
-async fn pipe(from: OwnedReadHalf, to: OwnedWriteHalf, mut mode: watch::Receiver<Mode>) {
+async fn pipe(from: OwnedReadHalf, to: OwnedWriteHalf, mut gate: Gate) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        passable(&mut mode).await;
+        gate.open().await;
         if from.readable().await.is_err() {
             break;
         }
@@ -190,7 +226,7 @@ async fn pipe(from: OwnedReadHalf, to: OwnedWriteHalf, mut mode: watch::Receiver
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(_) => break,
         };
-        passable(&mut mode).await;
+        gate.open().await;
         if write_all(&to, &buf[..n]).await.is_err() {
             break;
         }
@@ -300,5 +336,18 @@ mod tests {
         assert!(round_trip(&open, b"e", QUICK).await.is_err());
         let fresh = TcpStream::connect(proxy.addr).await.expect("connect");
         assert_eq!(round_trip(&fresh, b"f", QUICK).await, Ok(b"f".to_vec()));
+
+        // Strand: the open connection goes silent without closing; a new one passes.
+        proxy.strand();
+        assert_eq!(
+            round_trip(&fresh, b"g", QUICK).await,
+            Err("timed out".to_string())
+        );
+        let after = TcpStream::connect(proxy.addr).await.expect("connect");
+        assert_eq!(round_trip(&after, b"h", QUICK).await, Ok(b"h".to_vec()));
+        assert_eq!(
+            round_trip(&fresh, b"", QUICK).await,
+            Err("timed out".to_string())
+        );
     }
 }

@@ -13,7 +13,10 @@
 //!
 //! What counts as a write: any method but GET, HEAD and OPTIONS. Requests to
 //! `coordination.k8s.io` (the Lease itself) pass: renewing is how a leader
-//! stays one. The elector grants the fence on every successful acquire or
+//! stays one. So do TokenReviews and SubjectAccessReviews
+//! (`authentication.k8s.io`, `authorization.k8s.io`): POSTs that store
+//! nothing, which every replica, leader or not, sends to guard its `/metrics`
+//! (`runtime::metrics_auth`). The elector grants the fence on every successful acquire or
 //! renew ([`WriteFence::grant_until`]) and revokes it when it steps down.
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -84,7 +87,12 @@ fn fenced(method: &http::Method, uri: &http::Uri) -> bool {
         *method,
         http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
     );
-    !read && !uri.path().starts_with("/apis/coordination.k8s.io/")
+    let unfenced = [
+        "/apis/coordination.k8s.io/",
+        "/apis/authentication.k8s.io/",
+        "/apis/authorization.k8s.io/",
+    ];
+    !read && !unfenced.iter().any(|prefix| uri.path().starts_with(prefix))
 }
 
 /// Puts a [`WriteFence`] in front of the client.
@@ -200,6 +208,18 @@ mod tests {
         assert!(send(&fence, http::Method::PUT, LEASE).await);
         fence.grant_until(Instant::now() + Duration::from_secs(10));
         fence.revoke();
+        assert!(!send(&fence, http::Method::POST, POD).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn token_and_access_reviews_pass_without_the_lease_as_they_store_nothing() {
+        let fence = WriteFence::new();
+        for review in [
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        ] {
+            assert!(send(&fence, http::Method::POST, review).await, "{review}");
+        }
         assert!(!send(&fence, http::Method::POST, POD).await);
     }
 }

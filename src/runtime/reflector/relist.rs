@@ -72,6 +72,8 @@ impl<K: Object> Reflector<K> {
         Ok(None)
     }
 
+    /// A LIST in pages of `page_size` (client-go's pager), from page one
+    /// again unpaginated if a continue token expires midway.
     async fn paginated_list(&self) -> Result<(), ReflectorError> {
         let mut params = ListParams::default().limit(self.config.page_size);
         params.label_selector = self.config.label_selector.clone();
@@ -79,11 +81,27 @@ impl<K: Object> Reflector<K> {
         let mut objects = Vec::new();
         let mut undecodable = Undecodable::default();
         let resource_version = loop {
-            let page = self
-                .list_watch
-                .list(&params)
-                .await
-                .map_err(ReflectorError::List)?;
+            let page = match self.list_watch.list(&params).await {
+                Ok(page) => page,
+                // The continue token of a later page expired (etcd compacted
+                // the snapshot the first page was read at). client-go's pager
+                // (`FullListIfExpired`) then lists everything in one request
+                // rather than start paging again, which compaction could
+                // outrun again; the body cap still bounds that response
+                // (`client/body.rs`), and if it fails the reflector relists
+                // page by page after its backoff.
+                Err(kube::Error::Api(status))
+                    if params.continue_token.is_some() && super::is_expired(&status) =>
+                {
+                    tracing::info!(kind = %K::kind(&()), message = %status.message, "continue token expired: listing everything in one request");
+                    objects.clear();
+                    undecodable = Undecodable::default();
+                    params.continue_token = None;
+                    params.limit = None;
+                    continue;
+                }
+                Err(e) => return Err(ReflectorError::List(e)),
+            };
             objects.extend(
                 page.items
                     .into_iter()

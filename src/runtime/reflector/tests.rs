@@ -116,6 +116,38 @@ async fn paginated_list_follows_continue_tokens_then_watches_from_the_list_resou
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_expired_continue_token_falls_back_to_one_unpaginated_list_at_once() {
+    let lw = ScriptedListWatch::new()
+        .list(Ok(page(vec![cm_json("a", "1")], "", Some("c1"))))
+        .list(Err(kube::Error::Api(status(
+            410,
+            "Expired",
+            "The provided continue parameter is too old to display a consistent list result.",
+        ))))
+        .list(Ok(page(
+            vec![cm_json("a", "1"), cm_json("b", "11")],
+            "12",
+            None,
+        )))
+        .watch(open(vec![]));
+    let r = start(lw, paginated());
+    settle(0.001).await;
+
+    let lists = r.lw.list_calls();
+    assert_eq!(lists.len(), 3, "{lists:?}");
+    assert_eq!(lists[1].continue_token.as_deref(), Some("c1"));
+    // client-go's pager: everything in one request, no continue, no limit.
+    assert_eq!(lists[2].continue_token, None);
+    assert_eq!(lists[2].limit, None);
+    // Page one's objects are not delivered twice, and no backoff was waited.
+    assert_eq!(drain(&r.fifo), ["a: Replaced", "b: Replaced"]);
+    assert_eq!(r.status.lists(), 1);
+    let watches = r.lw.watch_calls();
+    assert_eq!(watches.len(), 1);
+    assert_eq!(watches[0].1, "12");
+}
+
+#[tokio::test(start_paused = true)]
 async fn watch_events_become_deltas_and_bookmarks_only_advance_the_resource_version() {
     let lw = ScriptedListWatch::new()
         .list(Ok(page(vec![], "1", None)))
