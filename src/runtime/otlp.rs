@@ -227,11 +227,59 @@ impl<C: HttpClient + 'static> HttpClient for OnRuntime<C> {
         Self: 'async_trait,
     {
         let inner = Arc::clone(&self.inner);
-        let sent = self
-            .runtime
-            .spawn(async move { inner.send_bytes(request).await });
+        let sent = self.runtime.spawn(async move {
+            let sent = inner.send_bytes(request).await;
+            if let Err(error) = &sent {
+                // The exporter logs only "network error" (at error level)
+                // and the cause at debug: say what went wrong here, or a
+                // collector's certificate we do not trust goes unexplained.
+                // Outside any span, so it is not exported itself.
+                let (cause, tls) = failure(error.as_ref());
+                if tls {
+                    tracing::warn!(
+                        error = cause,
+                        "failed to send traces: the OTLP collector's TLS certificate was not \
+                         accepted; give the CA that signed it with --otlp-certificate / \
+                         OTEL_EXPORTER_OTLP_CERTIFICATE"
+                    );
+                } else {
+                    tracing::warn!(error = cause, "failed to send traces to the OTLP collector");
+                }
+            }
+            sent
+        });
         Box::pin(async move { sent.await.map_err(|e| Box::new(e) as HttpError)? })
     }
+}
+
+/// An export failure's whole chain of causes, one `: ` apart (hyper's own
+/// message is only "client error (Connect)"), and whether TLS refused it.
+fn failure(error: &(dyn std::error::Error + 'static)) -> (String, bool) {
+    let mut text = error.to_string();
+    let mut tls = false;
+    let mut cause = Some(error);
+    while let Some(current) = cause {
+        tls |= is_tls(current);
+        cause = current.source();
+        if let Some(next) = cause {
+            let next = next.to_string();
+            if !text.ends_with(&next) {
+                text = format!("{text}: {next}");
+            }
+        }
+    }
+    (text, tls)
+}
+
+/// Whether `error` is rustls', perhaps inside io::Errors (hyper-rustls
+/// wraps tokio-rustls' io::Error, which wraps rustls', in one more; an
+/// io::Error's `source` skips what it wraps).
+fn is_tls(error: &(dyn std::error::Error + 'static)) -> bool {
+    error.is::<rustls::Error>()
+        || error
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .is_some_and(|inner| is_tls(inner))
 }
 
 #[cfg(test)]
@@ -340,5 +388,30 @@ mod tests {
         // Nothing was recorded: the shutdown has nothing to send.
         provider.shutdown().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_export_failure_names_its_whole_cause_and_whether_tls_refused_it() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("client error (Connect)")]
+        struct Client(#[source] std::io::Error);
+
+        let untrusted = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        // As hyper-rustls returns it: tokio-rustls' io::Error in another.
+        let error = Client(std::io::Error::other(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            untrusted,
+        )));
+        let (text, tls) = failure(&error);
+        assert_eq!(
+            text,
+            "client error (Connect): invalid peer certificate: UnknownIssuer"
+        );
+        assert!(tls);
+
+        let refused = Client(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let (text, tls) = failure(&refused);
+        assert_eq!(text, "client error (Connect): connection refused");
+        assert!(!tls);
     }
 }
