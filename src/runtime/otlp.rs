@@ -236,11 +236,10 @@ impl<C: HttpClient + 'static> HttpClient for OnRuntime<C> {
                 // Outside any span, so it is not exported itself.
                 let (cause, tls) = failure(error.as_ref());
                 if tls {
+                    // One literal: docs/tracing.md quotes it (tests/docs.rs).
                     tracing::warn!(
                         error = cause,
-                        "failed to send traces: the OTLP collector's TLS certificate was not \
-                         accepted; give the CA that signed it with --otlp-certificate / \
-                         OTEL_EXPORTER_OTLP_CERTIFICATE"
+                        "failed to send traces: the OTLP collector's TLS certificate was not accepted; give its CA with --otlp-certificate / OTEL_EXPORTER_OTLP_CERTIFICATE"
                     );
                 } else {
                     tracing::warn!(error = cause, "failed to send traces to the OTLP collector");

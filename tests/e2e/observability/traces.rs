@@ -15,13 +15,16 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use kube::api::{Api, PostParams};
+use serde::Deserialize;
 use serde_json::Value;
 use tfjob_operator::api::TFJob;
 use tfjob_operator::api::fixtures::TfJobFixture;
 
 use crate::operator::{Operator, ensure_crd, http_get};
 use crate::prometheus::url_encode;
-use crate::support::{client, cluster_dir, shared_cluster, test_namespace, wait_until};
+use crate::support::{
+    client, cluster_dir, helm, run_ok, shared_cluster, test_namespace, wait_until,
+};
 
 const SLOW: Duration = Duration::from_secs(90);
 
@@ -227,6 +230,30 @@ fn spans(trace: &Value) -> Vec<Span> {
                 .collect(),
         })
         .collect()
+}
+
+const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/tfjob-operator");
+
+/// The operator's Deployment as the chart renders it with `--set` `values`.
+fn chart_deployment(values: &[String]) -> serde_yaml::Value {
+    let mut template = helm();
+    template.args([
+        "template",
+        "traces",
+        CHART,
+        "--namespace",
+        "tfjob-system",
+        "--show-only",
+        "templates/deployment.yaml",
+    ]);
+    for value in values {
+        template.args(["--set", value]);
+    }
+    let rendered = run_ok(&mut template);
+    serde_yaml::Deserializer::from_str(&rendered)
+        .map(|doc| serde_yaml::Value::deserialize(doc).expect("valid YAML from helm"))
+        .find(|doc| doc["kind"] == "Deployment")
+        .expect("the chart renders a Deployment")
 }
 
 /// Creates a one-worker TFJob `name` in `ns`.

@@ -8,36 +8,16 @@
 use std::time::Duration;
 
 use kube::api::Api;
-use serde::Deserialize;
 use tfjob_operator::api::TFJob;
 
-use super::{Jaeger, SLOW, create_job, wait_running};
+use super::{Jaeger, SLOW, chart_deployment, create_job, wait_running};
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, helm, run_ok, shared_cluster, test_namespace, wait_until};
-
-const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/tfjob-operator");
+use crate::support::{client, shared_cluster, test_namespace, wait_until};
 
 /// The operator container's plain environment (not the downward API's) as
 /// the chart renders it with `--set` `values`.
 fn chart_env(values: &[String]) -> Vec<(String, String)> {
-    let mut template = helm();
-    template.args([
-        "template",
-        "sampling",
-        CHART,
-        "--namespace",
-        "tfjob-system",
-        "--show-only",
-        "templates/deployment.yaml",
-    ]);
-    for value in values {
-        template.args(["--set", value]);
-    }
-    let rendered = run_ok(&mut template);
-    let deployment = serde_yaml::Deserializer::from_str(&rendered)
-        .map(|doc| serde_yaml::Value::deserialize(doc).expect("valid YAML from helm"))
-        .find(|doc| doc["kind"] == "Deployment")
-        .expect("the chart renders a Deployment");
+    let deployment = chart_deployment(values);
     let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
         .as_sequence()
         .expect("the container's env");

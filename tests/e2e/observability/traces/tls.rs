@@ -6,7 +6,7 @@
 use kube::api::Api;
 use tfjob_operator::api::TFJob;
 
-use super::{Jaeger, SLOW, create_job, wait_running};
+use super::{Jaeger, SLOW, chart_deployment, create_job, wait_running};
 use crate::certs;
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{client, shared_cluster, test_namespace, wait_until};
@@ -96,4 +96,51 @@ async fn traces_reach_an_https_collector_with_its_ca_and_without_it_the_operator
         jaeger.traces(&untrusting_ns).is_empty(),
         "an operator without the CA delivered traces"
     );
+}
+
+/// The chart's `tracing.caConfigMap` reaches the binary: the file
+/// `OTEL_EXPORTER_OTLP_CERTIFICATE` names is the ConfigMap's key, mounted.
+#[test]
+#[ignore = "needs the local control plane's tools: make e2e"]
+fn the_charts_ca_config_map_is_mounted_where_otel_exporter_otlp_certificate_points() {
+    let deployment = chart_deployment(&[
+        "tracing.otlpEndpoint=https://collector.observability:4318".to_owned(),
+        "tracing.caConfigMap.name=collector-ca".to_owned(),
+        "tracing.caConfigMap.key=bundle.pem".to_owned(),
+    ]);
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let certificate = container["env"]
+        .as_sequence()
+        .expect("the container's env")
+        .iter()
+        .find(|var| var["name"] == "OTEL_EXPORTER_OTLP_CERTIFICATE")
+        .and_then(|var| var["value"].as_str())
+        .expect("OTEL_EXPORTER_OTLP_CERTIFICATE is set");
+    let volume = pod["volumes"]
+        .as_sequence()
+        .expect("the pod's volumes")
+        .iter()
+        .find(|v| v["configMap"]["name"] == "collector-ca")
+        .expect("a volume of the ConfigMap");
+    let mount = container["volumeMounts"]
+        .as_sequence()
+        .expect("the container's volume mounts")
+        .iter()
+        .find(|m| m["name"] == volume["name"])
+        .expect("the ConfigMap's volume is mounted");
+    assert_eq!(mount["readOnly"], true);
+    let item = &volume["configMap"]["items"][0];
+    assert_eq!(item["key"], "bundle.pem");
+    let mounted = format!(
+        "{}/{}",
+        mount["mountPath"].as_str().expect("a mount path"),
+        item["path"].as_str().expect("an item path")
+    );
+    assert_eq!(certificate, mounted);
+
+    // Without an endpoint, nothing of it is rendered.
+    let off = chart_deployment(&["tracing.caConfigMap.name=collector-ca".to_owned()]);
+    let rendered = serde_yaml::to_string(&off).expect("YAML");
+    assert!(!rendered.contains("collector-ca"), "{rendered}");
 }
