@@ -102,7 +102,7 @@ chromium:
 	chromium --version
 
 .PHONY: test-observability
-test-observability: cluster-tools ## Metrics vs docs/metrics.md, every dashboard query and alert rule, on a real Prometheus scraping the secured /metrics; traces in a real Jaeger; the main panels drawn into .cluster/dashboard/ (the running cluster, or a fresh one)
+test-observability: cluster-tools ## Metrics vs docs/metrics.md, every dashboard query and alert rule, on a real Prometheus scraping the secured /metrics; traces in a real Jaeger (plain and https with a test CA, sampling ratio 0 and 1); the main panels drawn into .cluster/dashboard/ (the running cluster, or a fresh one)
 	TFJOB_WITH_JAEGER=1 bash e2e/tools.sh
 	bash e2e/observability.sh
 

@@ -8,6 +8,9 @@
 #   - /metrics against the committed list docs/metrics.md (name, type, labels),
 #   - that every query of the chart's Grafana dashboard returns data,
 #   - that every alert rule of the chart evaluates without error,
+#   - traces in a real Jaeger (tests/e2e/observability/traces*): their shape,
+#     https with a CA the test mints (and a logged TLS failure without it),
+#     and the chart's sampling ratio 0 and 1,
 # and draws the dashboard's main panels from that Prometheus into
 # $TFJOB_CLUSTER_DIR/dashboard/ (e2e/dashboard/; `make dashboard-pictures`
 # draws them into docs/dashboard/ instead).

@@ -187,9 +187,15 @@ struct RunArgs {
     trace_ui: BindAddress,
     /// Send traces (one per reconcile, with its phases and API writes) to
     /// this OpenTelemetry collector over OTLP/HTTP, e.g.
-    /// `http://collector:4318` (`/v1/traces` is appended); off when unset.
+    /// `http://collector:4318` or `https://…` (`/v1/traces` is appended);
+    /// off when unset.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
     otlp_endpoint: Option<String>,
+    /// With an `https://` `--otlp-endpoint`: a PEM file with the CA
+    /// certificate(s) to verify the collector with, trusted instead of the
+    /// system's roots.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_CERTIFICATE", value_name = "FILE")]
+    otlp_certificate: Option<std::path::PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -243,6 +249,7 @@ fn traces(
     .collect();
     let config = TracesConfig {
         endpoint: endpoint.to_owned(),
+        certificate: args.otlp_certificate.clone(),
         service_version: env!("CARGO_PKG_VERSION").to_owned(),
         attributes,
     };

@@ -19,6 +19,7 @@
 
 mod support;
 
+mod certs;
 mod example_controller;
 mod examples;
 mod helm;

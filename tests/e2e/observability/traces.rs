@@ -10,18 +10,21 @@
 //! shows was sent by the flush on SIGTERM (and nothing before it).
 use std::collections::BTreeMap;
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use kube::api::{Api, PostParams};
+use serde::Deserialize;
 use serde_json::Value;
 use tfjob_operator::api::TFJob;
 use tfjob_operator::api::fixtures::TfJobFixture;
 
 use crate::operator::{Operator, ensure_crd, http_get};
 use crate::prometheus::url_encode;
-use crate::support::{client, cluster_dir, shared_cluster, test_namespace, wait_until};
+use crate::support::{
+    client, cluster_dir, helm, run_ok, shared_cluster, test_namespace, wait_until,
+};
 
 const SLOW: Duration = Duration::from_secs(90);
 
@@ -58,9 +61,29 @@ struct Jaeger {
 
 impl Jaeger {
     fn start() -> Self {
+        Self::start_with(|_| None)
+    }
+
+    /// Jaeger whose OTLP/HTTP receiver serves https with the certificate
+    /// `tls` writes into Jaeger's dir (returning the certificate and key).
+    fn start_with(tls: impl FnOnce(&Path) -> Option<(PathBuf, PathBuf)>) -> Self {
         let [otlp_grpc, otlp_http, query_http, query_grpc] = [(); 4].map(|()| free_port());
         let dir = cluster_dir().join(format!("jaeger-{query_http}"));
         std::fs::create_dir_all(&dir).expect("the Jaeger dir");
+        // The OTLP receiver's `tls` block is the collector's
+        // `configtls.ServerConfig` (confighttp's ServerConfig.TLS).
+        let tls = tls(&dir)
+            .map(|(cert, key)| {
+                format!(
+                    "
+        tls:
+          cert_file: {}
+          key_file: {}",
+                    cert.display(),
+                    key.display()
+                )
+            })
+            .unwrap_or_default();
         // The all-in-one configuration cut to what the test needs, on our
         // ports (its built-in one listens on fixed ports: 4317, 16686, ...).
         let config = format!(
@@ -94,7 +117,7 @@ receivers:
       grpc:
         endpoint: 127.0.0.1:{otlp_grpc}
       http:
-        endpoint: 127.0.0.1:{otlp_http}
+        endpoint: 127.0.0.1:{otlp_http}{tls}
 processors:
   batch:
 exporters:
@@ -207,6 +230,53 @@ fn spans(trace: &Value) -> Vec<Span> {
                 .collect(),
         })
         .collect()
+}
+
+const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/tfjob-operator");
+
+/// The operator's Deployment as the chart renders it with `--set` `values`.
+fn chart_deployment(values: &[String]) -> serde_yaml::Value {
+    let mut template = helm();
+    template.args([
+        "template",
+        "traces",
+        CHART,
+        "--namespace",
+        "tfjob-system",
+        "--show-only",
+        "templates/deployment.yaml",
+    ]);
+    for value in values {
+        template.args(["--set", value]);
+    }
+    let rendered = run_ok(&mut template);
+    serde_yaml::Deserializer::from_str(&rendered)
+        .map(|doc| serde_yaml::Value::deserialize(doc).expect("valid YAML from helm"))
+        .find(|doc| doc["kind"] == "Deployment")
+        .expect("the chart renders a Deployment")
+}
+
+/// Creates a one-worker TFJob `name` in `ns`.
+async fn create_job(jobs: &Api<TFJob>, ns: &str, name: &str) {
+    let job = TfJobFixture::new(name).namespace(ns).workers(1).build();
+    jobs.create(&PostParams::default(), &job)
+        .await
+        .unwrap_or_else(|e| panic!("failed to create TFJob {name}: {e}"));
+}
+
+/// Waits until TFJob `name` has the Running condition: it was reconciled
+/// from creation to its Pods running.
+async fn wait_running(jobs: &Api<TFJob>, name: &str) {
+    wait_until(&format!("TFJob {name} to be Running"), SLOW, || async {
+        let job = jobs.get_opt(name).await.ok().flatten()?;
+        let running = job
+            .status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Running" && c.status == "True");
+        running.then_some(())
+    })
+    .await;
 }
 
 /// The spans of `trace` named `name` whose parent is `parent`.
@@ -330,3 +400,7 @@ async fn each_reconcile_reaches_jaeger_as_a_trace_of_its_phases_and_api_writes()
         "the status reaching Running was written: {status_writes}"
     );
 }
+
+// The same Jaeger over https, and sampling: `make test-observability` too.
+mod sampling;
+mod tls;
