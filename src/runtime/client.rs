@@ -11,7 +11,9 @@
 //!
 //! The deadline every request gets is in `client/timeout.rs`; the HTTP/2
 //! connection and its health check in `client/connect.rs`; the status of
-//! API writes recorded on their trace spans in `client/span_status.rs`.
+//! API writes recorded on their trace spans in `client/span_status.rs`; what
+//! happens when the server answers 429 in `client/retry_after.rs` (wait as
+//! told) and `client/window.rs` (send fewer at once).
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -25,8 +27,10 @@ pub mod body;
 pub mod connect;
 pub mod fence;
 pub mod metrics;
+pub mod retry_after;
 pub mod span_status;
 mod timeout;
+pub mod window;
 pub use timeout::*;
 
 /// A token bucket: `burst` tokens, refilled at `qps` per second.

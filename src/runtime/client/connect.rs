@@ -10,8 +10,10 @@
 //! NAT dropping state) is noticed only when a request's deadline runs out,
 //! and a silent watch only after the reflector's idle deadline. So this
 //! module builds the same stack (TLS and auth from kube's `Config`, kube's
-//! base-URI, retry, auth and extra-header layers) on a connector that offers
-//! `h2` and `http/1.1`. The API server picks `h2`, and then:
+//! base-URI, auth and extra-header layers) on a connector that offers
+//! `h2` and `http/1.1`, with our own retry policy in place of kube's
+//! (`client/retry_after.rs`) and a window on requests in flight inside it
+//! (`client/window.rs`). The API server picks `h2`, and then:
 //!
 //! - a PING goes out when nothing was read for [`PING_INTERVAL`] (30 s), and
 //!   the connection with every stream on it fails when the PING is not
@@ -41,9 +43,11 @@ use futures::future::BoxFuture;
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use kube::client::retry::RetryPolicy;
 use kube::client::{Body, ClientBuilder, ConfigExt, DynBody};
 use tower::retry::RetryLayer;
+
+use super::retry_after::RetryAfterPolicy;
+use super::window::{MAX_IN_FLIGHT, Window, WindowLayer};
 use tower::util::BoxService;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
@@ -96,8 +100,11 @@ pub fn client_builder(config: kube::Config) -> Result<ClientBuilder<ApiService>,
         .option_layer(
             config
                 .default_retry
-                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
+                .then(|| RetryLayer::new(RetryAfterPolicy::default())),
         )
+        // Inside the retries, so that each attempt waits for room and each
+        // 429 narrows the window.
+        .layer(WindowLayer::new(Window::new(MAX_IN_FLIGHT)))
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .map_err(BoxError::from)
