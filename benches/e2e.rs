@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, bail};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
@@ -92,6 +92,9 @@ struct Settings {
     phase_timeout: Duration,
     peers: Vec<String>,
     workloads: Vec<String>,
+    /// Queue length of the `*-apf` runs' PriorityLevel
+    /// (`BENCH_APF_QUEUE_LENGTH`): a request beyond it is refused with 429.
+    apf_queue_length: u32,
 }
 
 fn env_or(key: &str, default: &str) -> String {
@@ -133,6 +136,7 @@ impl Settings {
             kubeflow_version: env_or("TRAINING_OPERATOR_VERSION", "v1.9.0"),
             out: repo.join("target/bench/e2e.json"),
             jobs: env_num("BENCH_JOBS", 200)?,
+            apf_queue_length: env_num("BENCH_APF_QUEUE_LENGTH", 50)?,
             noise_pods: env_num("BENCH_NOISE_PODS", 5000)?,
             big_workers: env_num("BENCH_BIG_WORKERS", 500)?,
             phase_timeout: Duration::from_secs(env_num("BENCH_PHASE_TIMEOUT", 600)?),
@@ -261,16 +265,17 @@ struct Peer {
 
 /// The API Priority and Fairness objects that cap the peer's user in the
 /// `*-apf` runs: a PriorityLevel with the least concurrency this API server
-/// gives any level (1 share of the server's 600 seats among the default
-/// levels' 245 shares: 3 seats), lending and borrowing nothing, queueing
-/// what does not fit (one queue, 50 deep: a request beyond that is refused
-/// with 429); the FlowSchema puts every request of `bench-peer` there. APF
+/// gives any level (1 share of the server's seats among the default levels'
+/// shares: 3 of the default 600 seats, 1 when the bench's cluster runs with
+/// `BENCH_APISERVER_INFLIGHT=100`), lending and borrowing nothing, queueing
+/// what does not fit (one queue, `BENCH_APF_QUEUE_LENGTH` deep, 50 unless
+/// set: a request beyond that is refused with 429); the FlowSchema puts
+/// every request of `bench-peer` there. APF
 /// exempts `system:masters` (only the `exempt` FlowSchema may have
 /// precedence 1, and it matches that group), which is `bench-peer`'s group
 /// in the other runs, so these runs use a certificate of their own for the
 /// same user in group [`APF_GROUP`] ([`apf_identity`]).
 const APF_LEVEL: &str = "bench-peer-cap";
-const APF_QUEUE_LENGTH: u32 = 50;
 const APF_GROUP: &str = "bench-peers";
 
 fn peers(s: &Settings) -> Vec<Peer> {
@@ -336,7 +341,7 @@ fn peers(s: &Settings) -> Vec<Peer> {
         },
         Peer {
             id: "training-operator-apf",
-            label: "training-operator (4 threads, QPS 20/30, under an APF cap of 3 seats)",
+            label: "training-operator (4 threads, QPS 20/30, under an APF cap)",
             kind: PeerKind::TrainingOperator {
                 qps: MATCHED_QPS,
                 burst: MATCHED_BURST,
@@ -346,7 +351,7 @@ fn peers(s: &Settings) -> Vec<Peer> {
         },
         Peer {
             id: "ours-apf",
-            label: "tfjob-operator (4 workers, no client limit, under an APF cap of 3 seats)",
+            label: "tfjob-operator (4 workers, no client limit, under an APF cap)",
             kind: PeerKind::Ours {
                 qps: 0,
                 burst: 30,
@@ -390,6 +395,7 @@ struct RunResult {
     /// (429) in the `*-apf` runs (its `apiserver_flowcontrol_*` metrics).
     apf_dispatched: Option<u64>,
     apf_rejected: Option<u64>,
+    apf_seats: Option<u64>,
     api_requests_by_verb: BTreeMap<String, u64>,
     api_errors_by_code: BTreeMap<String, u64>,
     already_exists: u64,
@@ -574,10 +580,24 @@ async fn ensure_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
     let nss: Api<Namespace> = Api::all(client.clone());
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
     match nss.create(&PostParams::default(), &ns).await {
-        Ok(_) => Ok(()),
-        Err(e) if is_conflict(&e) => Ok(()),
-        Err(e) => Err(e.into()),
+        Ok(_) => {}
+        Err(e) if is_conflict(&e) => {}
+        Err(e) => return Err(e.into()),
     }
+    // The ServiceAccount admission plugin refuses every Pod of a namespace
+    // (403, "error looking up service account") until the controller-manager
+    // has made its `default` ServiceAccount: a peer started before that
+    // would be charged for 403s and retries that are the harness's doing.
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
+    wait_until(
+        &format!("the default ServiceAccount of namespace {name}"),
+        Duration::from_secs(60),
+        || {
+            let accounts = accounts.clone();
+            async move { Ok(accounts.get_opt("default").await?.is_some()) }
+        },
+    )
+    .await
 }
 
 /// Deletes the TFJob CRD (whoever's it is) and installs the one from `file`.
@@ -1119,7 +1139,7 @@ fn count_audit(path: &Path, from: u64, r: &mut RunResult) -> anyhow::Result<()> 
 
 /// Installs the APF cap for the peer's user (see [`APF_LEVEL`]) and waits
 /// until the API server's flow-control configuration has it.
-async fn install_apf_cap(admin: &Client) -> anyhow::Result<()> {
+async fn install_apf_cap(admin: &Client, queue_length: u32) -> anyhow::Result<()> {
     let levels: Api<PriorityLevelConfiguration> = Api::all(admin.clone());
     let schemas: Api<FlowSchema> = Api::all(admin.clone());
     remove_apf_cap(admin).await?;
@@ -1130,7 +1150,7 @@ async fn install_apf_cap(admin: &Client) -> anyhow::Result<()> {
             "lendablePercent": 0,
             "borrowingLimitPercent": 0,
             "limitResponse": {"type": "Queue", "queuing": {
-                "queues": 1, "handSize": 1, "queueLengthLimit": APF_QUEUE_LENGTH
+                "queues": 1, "handSize": 1, "queueLengthLimit": queue_length
             }}
         }}
     }))?;
@@ -1287,7 +1307,9 @@ async fn remove_apf_cap(admin: &Client) -> anyhow::Result<()> {
 }
 
 /// The API server's counters of the cap's priority level: (dispatched, rejected).
-async fn apf_counts(admin: &Client) -> anyhow::Result<(u64, u64)> {
+/// The level's dispatched and refused request counters, and its seats
+/// (`apiserver_flowcontrol_nominal_limit_seats`).
+async fn apf_counts(admin: &Client) -> anyhow::Result<(u64, u64, u64)> {
     let req = http::Request::get("/metrics").body(Vec::new())?;
     let text = admin.request_text(req).await?;
     let sum = |metric: &str| -> u64 {
@@ -1301,6 +1323,7 @@ async fn apf_counts(admin: &Client) -> anyhow::Result<(u64, u64)> {
     Ok((
         sum("apiserver_flowcontrol_dispatched_requests_total"),
         sum("apiserver_flowcontrol_rejected_requests_total"),
+        sum("apiserver_flowcontrol_nominal_limit_seats"),
     ))
 }
 
@@ -1344,7 +1367,7 @@ async fn run_one(
     let audit = s.cluster_dir.join("logs/audit.log");
     let result = async {
         let apf_before = if peer.apf {
-            install_apf_cap(admin).await?;
+            install_apf_cap(admin, s.apf_queue_length).await?;
             Some(apf_counts(admin).await?)
         } else {
             None
@@ -1358,10 +1381,11 @@ async fn run_one(
         // Long-running requests (watches) are logged when they end: after the stop.
         tokio::time::sleep(Duration::from_secs(2)).await;
         count_audit(&audit, from, r)?;
-        if let Some((dispatched, rejected)) = apf_before {
-            let (d, j) = apf_counts(admin).await?;
+        if let Some((dispatched, rejected, _)) = apf_before {
+            let (d, j, seats) = apf_counts(admin).await?;
             r.apf_dispatched = Some(d.saturating_sub(dispatched));
             r.apf_rejected = Some(j.saturating_sub(rejected));
+            r.apf_seats = Some(seats);
         }
         measured
     }
@@ -1587,7 +1611,8 @@ fn report(results: &[RunResult], workloads: &[Workload], peers: &[Peer]) -> Stri
                 label += &format!(" [QPS {qps:.0}]");
             }
             if let (Some(d), Some(j)) = (r.apf_dispatched, r.apf_rejected) {
-                label += &format!(" [APF: {d} dispatched, {j} refused]");
+                let seats = r.apf_seats.unwrap_or_default();
+                label += &format!(" [APF: {seats} seats, {d} dispatched, {j} refused]");
             }
             out += &format!(
                 "| {label} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",

@@ -11,6 +11,9 @@ source "$(dirname "$0")/lib.sh"
 
 export TFJOB_CLUSTER_DIR="${BENCH_CLUSTER_DIR:-$REPO_DIR/target/bench/cluster}"
 export TFJOB_AUDIT=1
+# A smaller API server (fewer seats for APF to share) makes the `*-apf` peers'
+# cap bind: BENCH_APISERVER_INFLIGHT=100 leaves their PriorityLevel 1 seat.
+export TFJOB_APISERVER_INFLIGHT="${BENCH_APISERVER_INFLIGHT:-}"
 BENCH_KUBEFLOW_DIR="$(bash "$E2E_DIR/peers.sh" --dir)"
 export BENCH_KUBEFLOW_DIR TFJOB_CACHE_DIR
 

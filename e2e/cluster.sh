@@ -21,6 +21,10 @@
 # identity `bench-peer` (kubeconfigs/bench-peer, system:masters) whose every
 # request the log records: the benchmark counts a peer's API requests there
 # (apiserver_request_total has no per-client label).
+# TFJOB_APISERVER_INFLIGHT=N at `up` sets the API server's --max-requests-inflight
+# to N and --max-mutating-requests-inflight to N/2 (default 400 + 200 seats for
+# API Priority and Fairness to share out); TFJOB_SCHEDULER_QPS sets the
+# scheduler's client QPS (burst twice that).
 set -euo pipefail
 export LOG_TAG=cluster
 # shellcheck source=e2e/lib.sh
@@ -283,6 +287,7 @@ start_apiserver() {
     --endpoint-reconciler-type none \
     --watch-cache-sizes 'configmaps#0' \
     --shutdown-watch-termination-grace-period 3s \
+    ${TFJOB_APISERVER_INFLIGHT:+--max-requests-inflight "$TFJOB_APISERVER_INFLIGHT" --max-mutating-requests-inflight "$((TFJOB_APISERVER_INFLIGHT / 2))"} \
     --profiling=false
   # The grace period makes SIGTERM close open watches (the other components
   # and tests hold some): without it the API server waits up to a minute for
