@@ -27,6 +27,7 @@ pub mod fence;
 pub mod metrics;
 pub mod span_status;
 mod timeout;
+pub mod unread;
 pub use timeout::*;
 
 /// A token bucket: `burst` tokens, refilled at `qps` per second.
