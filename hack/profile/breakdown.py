@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the operator's CPU goes, from folded stacks (hack/profile/cpu.sh):
    python3 hack/profile/breakdown.py target/profile/cpu-200.folded
-Two tables. "self": each sample goes to the first category that matches its
+Three tables. "task": which of the operator's tasks the CPU ran for. "self": each sample goes to the first category that matches its
 stack from the leaf up (what the CPU was executing). "inclusive": the share
 of samples whose stack passes through a part of the operator (what it was
 doing it for); these overlap."""
@@ -25,6 +25,14 @@ SELF = [
     ("the operator's own code", r"tfjob_operator"),
     ("btree, hash", r"btree|hash"),
 ]
+# Which task the CPU ran for: the first that matches a stack, in this order.
+TASKS = [
+    ("watches: reflectors, decode, informers, handlers", r"SharedInformer<K>::run|Reflector<K>::run"),
+    ("reconciles (the workers)", r"TfJobReconciler::sync|controller::Controller<R>::run"),
+    ("event recorder", r"runtime::events"),
+    ("HTTP/2 connection (every request's and watch's bytes, TLS)", r"h2::client::Connection|H2ClientFuture|h2::proto::connection"),
+    ("runtime idle: park, epoll, scheduling", r"park|epoll_wait|Poll::poll|finish_task_switch"),
+]
 INCLUSIVE = [
     ("watch decode: Pods", [r"decode_event", r"v1::pod::Pod"]),
     ("  of which the Pod spec", [r"decode_event", r"v1::pod::Pod", r"pod_spec::PodSpec"]),
@@ -34,10 +42,10 @@ INCLUSIVE = [
     ("reconcile (all of it)", [r"TfJobReconciler::sync"]),
     ("  plan", [r"plan::plan$"]),
     ("    normalize (defaults)", [r"plan::plan$", r"defaults::normalize"]),
-    ("  creates of Pods", [r"TfJobReconciler::sync", r"create.*core::v1::pod::Pod>"]),
-    ("    response decoded", [r"TfJobReconciler::sync", r"create.*core::v1::pod::Pod>", r"from_trait"]),
-    ("  creates of Services", [r"TfJobReconciler::sync", r"create.*core::v1::service::Service>"]),
-    ("    response decoded", [r"TfJobReconciler::sync", r"create.*core::v1::service::Service>", r"from_trait"]),
+    ("  creates of Pods", [r"create::\{async_fn_env#0\}<k8s_openapi::[\w:]+::pod::Pod>"]),
+    ("    response decoded", [r"create::\{async_fn_env#0\}<k8s_openapi::[\w:]+::pod::Pod>", r"from_trait"]),
+    ("  creates of Services", [r"create::\{async_fn_env#0\}<k8s_openapi::[\w:]+::service::Service>"]),
+    ("    response decoded", [r"create::\{async_fn_env#0\}<k8s_openapi::[\w:]+::service::Service>", r"from_trait"]),
     ("  status writes", [r"write_status::\{async_fn_env"]),
     ("    response decoded", [r"write_status::\{async_fn_env", r"from_trait"]),
     ("event recorder", [r"runtime::events"]),
@@ -66,6 +74,13 @@ def main(path):
         counts[cat] = counts.get(cat, 0) + n
     for cat, n in sorted(counts.items(), key=lambda kv: -kv[1]):
         print(f"| {cat} | {100 * n / total:.1f} % |")
+    print("\n| task | share |\n|---|---:|")
+    counts = {}
+    for frames, n in rows:
+        task = next((t for t, p in TASKS if any(re.search(p, f) for f in frames)), "other")
+        counts[task] = counts.get(task, 0) + n
+    for task, n in sorted(counts.items(), key=lambda kv: -kv[1]):
+        print(f"| {task} | {100 * n / total:.1f} % |")
     print("\n| inclusive: on behalf of | share |\n|---|---:|")
     for name, pats in INCLUSIVE:
         n = sum(n for frames, n in rows if all(any(re.search(p, f) for f in frames) for p in pats))
