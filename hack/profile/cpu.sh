@@ -2,7 +2,7 @@
 # CPU profile of the operator during the bench's jobs workload (issue #19,
 # point 5; docs/benchmarks.md, "CPU and the Succeeded path"): builds the
 # operator (release profile: its line tables name inlined frames), runs
-# `e2e/bench.sh` with our peer and the bare client, ours under perf
+# `e2e/bench.sh` with our peer only (PROFILE_PEERS for more), under perf
 # (hack/profile/perf-operator.sh), and folds the samples with inferno:
 #   target/profile/cpu-<name>.folded  every stack, one line each (for grep)
 #   target/profile/cpu-<name>.svg     the flame graph (simplify.py's names)
@@ -39,7 +39,7 @@ data=$out/perf-$name.data
 rm -f "$data"
 PERF_OPERATOR_BIN=$out/tfjob-operator-$name PERF_OUT=$data \
   BENCH_OPERATOR_BIN=$repo/hack/profile/perf-operator.sh \
-  BENCH_PEERS=${PROFILE_PEERS:-ours-default,raw} BENCH_WORKLOADS=jobs BENCH_JOBS=$jobs \
+  BENCH_PEERS=${PROFILE_PEERS:-ours-default} BENCH_WORKLOADS=jobs BENCH_JOBS=$jobs \
   bash e2e/bench.sh
 
 # Every thread of the operator folds into one root: the runtime's workers
