@@ -202,6 +202,10 @@ bench-e2e: cluster-tools ## Side by side with Kubeflow's training-operator and t
 bench-scale: cluster-tools ## Curves: 50-2,000 jobs, 100-5,000 workers, 0-20,000 unrelated Pods vs the bare client; plots in docs/scale/ (docs/scale.md)
 	bash e2e/bench-scale.sh
 
+.PHONY: profile-cpu
+profile-cpu: cluster-tools ## CPU flame graph of the operator in the bench's jobs workload, under perf (docs/benchmarks.md, "CPU and the Succeeded path")
+	bash hack/profile/cpu.sh
+
 # ---------------------------------------------------------------- the image and the supply chain
 
 # The image is assembled without a container engine: a static binary

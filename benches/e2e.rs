@@ -417,6 +417,11 @@ struct Observed {
     svc_uids: HashMap<String, HashSet<String>>,
     /// job name -> (running, succeeded, failed)
     jobs: HashMap<String, (bool, bool, bool)>,
+    /// When a Pod's phase or a job's conditions last changed. A phase ends
+    /// when its condition first holds, which is the last change before the
+    /// poll that sees it hold: timing from here, not from the poll, keeps
+    /// the poll interval out of every figure.
+    changed_at: Option<Instant>,
 }
 
 fn replica_identity(meta: &kube::api::ObjectMeta) -> String {
@@ -444,15 +449,18 @@ impl Observed {
                 .or_default()
                 .insert(uid);
         }
-        if deleted {
-            self.pod_phase.remove(&name);
+        let before = if deleted {
+            self.pod_phase.remove(&name)
         } else {
             let phase = pod
                 .status
                 .as_ref()
                 .and_then(|s| s.phase.clone())
                 .unwrap_or_default();
-            self.pod_phase.insert(name, phase);
+            self.pod_phase.insert(name.clone(), phase)
+        };
+        if before.as_ref() != self.pod_phase.get(&name) {
+            self.changed_at = Some(Instant::now());
         }
     }
     fn service(&mut self, svc: &Service) {
@@ -465,19 +473,22 @@ impl Observed {
     }
     fn job(&mut self, job: &DynamicObject, deleted: bool) {
         let name = job.name_any();
-        if deleted {
-            self.jobs.remove(&name);
-            return;
-        }
-        let is_true = |t: &str| {
-            job.data["status"]["conditions"]
-                .as_array()
-                .is_some_and(|cs| cs.iter().any(|c| c["type"] == t && c["status"] == "True"))
+        let before = if deleted {
+            self.jobs.remove(&name)
+        } else {
+            let is_true = |t: &str| {
+                job.data["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|cs| cs.iter().any(|c| c["type"] == t && c["status"] == "True"))
+            };
+            self.jobs.insert(
+                name.clone(),
+                (is_true("Running"), is_true("Succeeded"), is_true("Failed")),
+            )
         };
-        self.jobs.insert(
-            name,
-            (is_true("Running"), is_true("Succeeded"), is_true("Failed")),
-        );
+        if before.as_ref() != self.jobs.get(&name) {
+            self.changed_at = Some(Instant::now());
+        }
     }
     fn running_pods(&self) -> usize {
         self.pod_phase.values().filter(|p| *p == "Running").count()
@@ -1444,8 +1455,8 @@ async fn measure(
         o.running_pods() >= want_pods
             && (raw || o.jobs.values().filter(|j| j.0 || j.1).count() >= names.len())
     };
-    phase(s, p, state, "running", running).await?;
-    r.running_s = Some(start.elapsed().as_secs_f64());
+    let done = phase(s, p, state, "running", running).await?;
+    r.running_s = Some(done.saturating_duration_since(start).as_secs_f64());
 
     let exits = Instant::now();
     let pods: Api<Pod> = Api::namespaced(admin.clone(), BENCH_NS);
@@ -1480,8 +1491,8 @@ async fn measure(
             o.jobs.values().filter(|j| j.1).count() >= names.len()
         }
     };
-    phase(s, p, state, "succeeded", succeeded).await?;
-    r.succeeded_s = Some(exits.elapsed().as_secs_f64());
+    let done = phase(s, p, state, "succeeded", succeeded).await?;
+    r.succeeded_s = Some(done.saturating_duration_since(exits).as_secs_f64());
     Ok(())
 }
 
@@ -1491,7 +1502,7 @@ async fn phase(
     state: &Arc<Mutex<Observed>>,
     name: &str,
     done: impl Fn(&Observed) -> bool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Instant> {
     let deadline = Instant::now() + s.phase_timeout;
     loop {
         {
@@ -1502,7 +1513,8 @@ async fn phase(
                 bail!("job {job} failed in the {name} phase");
             }
             if done(&o) {
-                return Ok(());
+                // The change that made it hold (see `Observed::changed_at`).
+                return Ok(o.changed_at.unwrap_or_else(Instant::now));
             }
         }
         p.check_alive()?;

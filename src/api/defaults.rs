@@ -7,6 +7,7 @@
 //! manifests at `kubectl apply`; [`normalize`] re-checks what matters so that
 //! a job stored before the CRD was installed, or by a CRD that is not ours,
 //! becomes a clear `Failed` condition instead of a retry loop.
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ContainerPort, PodTemplateSpec};
@@ -38,19 +39,23 @@ fn spec_error(field: impl Into<String>, problem: impl Into<String>) -> SpecError
 
 /// One replica type with every default applied.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Replica {
+pub struct Replica<'a> {
     pub replicas: i32,
     pub restart_policy: RestartPolicy,
-    /// The template with the `tfjob-port` port added when missing.
-    pub template: PodTemplateSpec,
+    /// The template with the `tfjob-port` port added when missing: the
+    /// job's own template, borrowed, unless the port had to be added. The
+    /// spec is normalised on every reconcile and most passes build no Pod,
+    /// so a copy of each template per pass was CPU spent for nothing
+    /// (`docs/benchmarks.md`, "CPU and the Succeeded path").
+    pub template: Cow<'a, PodTemplateSpec>,
     /// The `tfjob-port` container port (default 2222).
     pub port: i32,
 }
 
 /// A TFJob spec with every default applied and keys normalised.
 #[derive(Debug, Clone, PartialEq)]
-pub struct JobSpec {
-    pub replicas: BTreeMap<ReplicaType, Replica>,
+pub struct JobSpec<'a> {
+    pub replicas: BTreeMap<ReplicaType, Replica<'a>>,
     pub clean_pod_policy: CleanPodPolicy,
     pub success_policy: SuccessPolicy,
     pub ttl_seconds_after_finished: Option<i32>,
@@ -60,7 +65,20 @@ pub struct JobSpec {
     pub enable_dynamic_worker: bool,
 }
 
-impl JobSpec {
+impl JobSpec<'_> {
+    /// The same, owning its templates (for a spec that outlives its job).
+    pub fn into_owned(self) -> JobSpec<'static> {
+        let replicas = self
+            .replicas
+            .into_iter()
+            .map(|(t, r)| {
+                let template = Cow::Owned(r.template.into_owned());
+                (t, Replica { template, ..r })
+            })
+            .collect();
+        JobSpec { replicas, ..self }
+    }
+
     /// The Chief or Master, if the job has one.
     pub fn chief_type(&self) -> Option<ReplicaType> {
         self.replicas.keys().copied().find(|t| t.is_chief())
@@ -78,7 +96,7 @@ pub fn is_managed_here(managed_by: Option<&str>) -> bool {
 }
 
 /// Applies Kubeflow's defaults and checks what the schema cannot.
-pub fn normalize(job_name: &str, spec: &TFJobSpec) -> Result<JobSpec, SpecError> {
+pub fn normalize<'a>(job_name: &str, spec: &'a TFJobSpec) -> Result<JobSpec<'a>, SpecError> {
     let mut replicas = BTreeMap::new();
     if spec.tf_replica_specs.is_empty() {
         return Err(spec_error(
@@ -115,9 +133,16 @@ pub fn normalize(job_name: &str, spec: &TFJobSpec) -> Result<JobSpec, SpecError>
             ));
         }
         check_containers(&field, &rs.template)?;
-        let mut template = PodTemplateSpec::clone(&rs.template);
-        let port = ensure_port(&mut template)
+        let port = tfjob_port(&rs.template)
             .map_err(|problem| spec_error(format!("{field}.template.spec.containers"), problem))?;
+        let (template, port) = match port {
+            Some(port) => (Cow::Borrowed(&*rs.template), port),
+            None => {
+                let mut template = PodTemplateSpec::clone(&rs.template);
+                add_tfjob_port(&mut template);
+                (Cow::Owned(template), DEFAULT_PORT)
+            }
+        };
         let replica = Replica {
             replicas: count,
             restart_policy,
@@ -242,28 +267,40 @@ pub fn tensorflow_container_index(template: &PodTemplateSpec) -> Option<usize> {
     )
 }
 
-/// Adds the `tfjob-port` port to the TensorFlow container unless present, and
-/// returns its number (Kubeflow's `setDefaultPort`).
-fn ensure_port(template: &mut PodTemplateSpec) -> Result<i32, String> {
+/// The TensorFlow container's `tfjob-port` port, if it has one (Kubeflow's
+/// `setDefaultPort` adds it when missing: [`add_tfjob_port`]).
+fn tfjob_port(template: &PodTemplateSpec) -> Result<Option<i32>, String> {
     let index = tensorflow_container_index(template)
         .ok_or_else(|| format!("needs at least one container, named {DEFAULT_CONTAINER_NAME:?}"))?;
-    let Some(spec) = template.spec.as_mut() else {
+    let Some(spec) = template.spec.as_ref() else {
         return Err("needs a pod spec".into());
     };
-    let container = &mut spec.containers[index];
-    let ports = container.ports.get_or_insert_with(Vec::new);
-    if let Some(p) = ports
+    Ok(spec.containers[index]
+        .ports
         .iter()
+        .flatten()
         .find(|p| p.name.as_deref() == Some(DEFAULT_PORT_NAME))
-    {
-        return Ok(p.container_port);
+        .map(|p| p.container_port))
+}
+
+/// Adds the `tfjob-port` port (2222) to the TensorFlow container, which
+/// [`tfjob_port`] found without one.
+fn add_tfjob_port(template: &mut PodTemplateSpec) {
+    let index = tensorflow_container_index(template);
+    let container = template
+        .spec
+        .as_mut()
+        .and_then(|s| s.containers.get_mut(index?));
+    if let Some(container) = container {
+        container
+            .ports
+            .get_or_insert_with(Vec::new)
+            .push(ContainerPort {
+                name: Some(DEFAULT_PORT_NAME.into()),
+                container_port: DEFAULT_PORT,
+                ..ContainerPort::default()
+            });
     }
-    ports.push(ContainerPort {
-        name: Some(DEFAULT_PORT_NAME.into()),
-        container_port: DEFAULT_PORT,
-        ..ContainerPort::default()
-    });
-    Ok(DEFAULT_PORT)
 }
 
 /// Child names are `{job}-{type}-{index}` and must fit a DNS-1035 label.
@@ -337,6 +374,36 @@ mod tests {
             .as_ref()
             .unwrap();
         assert_eq!(ports.len(), 1);
+    }
+
+    #[test]
+    fn a_template_that_has_the_tfjob_port_is_borrowed_not_copied() {
+        let job = TfJobFixture::new("j").workers(1).port(3333).build();
+        let spec = normalize("j", &job.spec).unwrap();
+        let worker = &spec.replicas[&ReplicaType::Worker];
+        assert!(matches!(worker.template, Cow::Borrowed(_)));
+        assert!(std::ptr::eq(
+            &*worker.template,
+            &*job.spec.tf_replica_specs["Worker"].template
+        ));
+    }
+
+    #[test]
+    fn a_template_without_the_tfjob_port_gets_port_2222_on_its_tensorflow_container() {
+        let job = TfJobFixture::new("j").workers(1).build();
+        let spec = normalize("j", &job.spec).unwrap();
+        let worker = &spec.replicas[&ReplicaType::Worker];
+        assert_eq!(worker.port, DEFAULT_PORT);
+        let ports = worker.template.spec.as_ref().unwrap().containers[0]
+            .ports
+            .as_ref()
+            .unwrap();
+        assert_eq!(ports.len(), 1);
+        assert_eq!(ports[0].name.as_deref(), Some(DEFAULT_PORT_NAME));
+        assert_eq!(ports[0].container_port, DEFAULT_PORT);
+        // The job's own template is left as it was.
+        let stored = &job.spec.tf_replica_specs["Worker"].template;
+        assert_eq!(stored.spec.as_ref().unwrap().containers[0].ports, None);
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod retry_after;
 pub mod span_status;
 mod timeout;
+pub mod unread;
 pub mod window;
 pub use timeout::*;
 

@@ -67,7 +67,7 @@ pub fn owner_reference(job: &TFJob) -> Option<OwnerReference> {
 pub struct ChildContext<'a> {
     pub name: &'a str,
     pub namespace: &'a str,
-    pub spec: &'a JobSpec,
+    pub spec: &'a JobSpec<'a>,
     pub owner: &'a OwnerReference,
     /// Appended to `.svc` in TF_CONFIG addresses (`CUSTOM_CLUSTER_DOMAIN`).
     pub cluster_domain: Option<&'a str>,

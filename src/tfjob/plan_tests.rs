@@ -130,10 +130,15 @@ impl World {
 
     fn all_running(mut self) -> Self {
         let name = self.job.metadata.name.clone().unwrap();
-        let spec = normalize(&name, &self.job.spec).unwrap();
-        for (rtype, r) in &spec.replicas {
-            for i in 0..r.replicas {
-                self = self.running(*rtype, i);
+        let counts: Vec<(ReplicaType, i32)> = normalize(&name, &self.job.spec)
+            .unwrap()
+            .replicas
+            .iter()
+            .map(|(rtype, r)| (*rtype, r.replicas))
+            .collect();
+        for (rtype, replicas) in counts {
+            for i in 0..replicas {
+                self = self.running(rtype, i);
             }
         }
         self.with_services()

@@ -22,6 +22,7 @@ use tracing::Instrument;
 use crate::api::TFJob;
 use crate::api::constants::event;
 use crate::runtime::client::span_status::write_span;
+use crate::runtime::client::unread;
 use crate::runtime::events::EventRecorder;
 use crate::runtime::expectations::{EXPECTATIONS_TTL, Expectations};
 use crate::runtime::ownership::{adopt, claim, release};
@@ -509,12 +510,12 @@ impl TfJobReconciler {
     {
         let name = child_name(child);
         let span = write_span("create", kind, &name);
-        match api
-            .create(&PostParams::default(), child)
+        // The created child is not decoded: the informer brings it.
+        match unread::create(&self.client, api, &PostParams::default(), child)
             .instrument(span)
             .await
         {
-            Ok(_) => Ok(Some(name)),
+            Ok(()) => Ok(Some(name)),
             Err(e) if is_status(&e, 409) => {
                 self.expectations.creation_failed(key);
                 Ok(None)

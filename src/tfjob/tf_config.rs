@@ -137,9 +137,11 @@ mod tests {
     use crate::api::defaults::normalize;
     use crate::api::fixtures::TfJobFixture;
 
-    fn spec(f: TfJobFixture) -> JobSpec {
+    fn spec(f: TfJobFixture) -> JobSpec<'static> {
         let job = f.build();
-        normalize(job.metadata.name.as_deref().unwrap(), &job.spec).unwrap()
+        normalize(job.metadata.name.as_deref().unwrap(), &job.spec)
+            .unwrap()
+            .into_owned()
     }
 
     #[test]

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::correlator::{Decision, EventCorrelator};
 use super::{EventMetrics, EventRecord};
+use crate::runtime::client::unread;
 
 /// Tries per event while the server cannot be reached (client-go: 12, 10 s
 /// apart; fewer here because one writer task serves every controller).
@@ -65,7 +66,8 @@ impl EventSink for ApiEventSink {
         Box::pin(async move {
             let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
             let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-            api.create(&PostParams::default(), event).await.map(drop)
+            // The created Event is not read: nothing here needs it back.
+            unread::create(&self.client, &api, &PostParams::default(), event).await
         })
     }
 
