@@ -12,8 +12,9 @@
 //! request seen here carries only a path: the host label comes from the
 //! client's config. The duration runs from `call` until the response head
 //! arrives, as in client-go (a watch counts until its stream opens).
-//! kube's optional retry layer sits inside this one, so a retried request
-//! counts once, where client-go would count each attempt.
+//! The retry layer (`client/retry_after.rs`: a 429 or 5xx with Retry-After)
+//! sits inside this one, so a retried request counts once, with its final
+//! code, where client-go would count each attempt.
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};

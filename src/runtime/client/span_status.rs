@@ -11,7 +11,7 @@
 //! field (a read, a request outside any span) is left as it is, so the layer
 //! costs one span lookup per request when traces are off.
 //!
-//! Counted from the first response: kube's retry layer, if any, sits inside.
+//! Counted from the final response: the retry layer (`client/retry_after.rs`) sits inside.
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};

@@ -310,16 +310,7 @@ async fn each_reconcile_reaches_jaeger_as_a_trace_of_its_phases_and_api_writes()
     jobs.create(&PostParams::default(), &job)
         .await
         .expect("create the TFJob");
-    wait_until("the job to be Running", SLOW, || async {
-        let job = jobs.get_opt(name).await.ok().flatten()?;
-        let running = job
-            .status?
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Running" && c.status == "True");
-        running.then_some(())
-    })
-    .await;
+    wait_running(&jobs, name).await;
     assert!(
         jaeger.traces(&ns).is_empty(),
         "traces arrived before SIGTERM: the batch delay was not honoured"
