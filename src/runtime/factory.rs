@@ -30,6 +30,7 @@ use self::metrics::{InformerCollector, InformerLabels, Snapshot};
 use super::Object;
 use super::informer::{InformerConfig, SharedInformer};
 use super::metrics::SharedRegistry;
+use super::protobuf::{self, Message, ProtobufKind};
 use super::reflector::{ApiListWatch, ReflectorConfig, Transform};
 
 /// Why the factory refused a request.
@@ -200,6 +201,26 @@ impl InformerFactory {
     /// The informer for `K` with `config`, created on first request. Call
     /// [`Self::start`] after creating informers to run them.
     pub fn informer<K: Object>(&self, config: WatchConfig) -> SharedInformer<K> {
+        self.informer_decoding(config, protobuf::message_for::<K>())
+    }
+
+    /// [`Self::informer`] for a *view* of a built-in kind: a type with the
+    /// kind's identity and only some of its fields (e.g. metadata and
+    /// status), decoded from the kind's protobuf table, skipping the bytes of
+    /// every field the view leaves out rather than building and dropping
+    /// them. client-go's metadata-only informers are the same idea.
+    pub fn view_informer<K: Object + ProtobufKind>(
+        &self,
+        config: WatchConfig,
+    ) -> SharedInformer<K> {
+        self.informer_decoding(config, Some(K::MESSAGE))
+    }
+
+    fn informer_decoding<K: Object>(
+        &self,
+        config: WatchConfig,
+        protobuf: Option<&'static Message>,
+    ) -> SharedInformer<K> {
         let mut entries = self.lock();
         let id = (TypeId::of::<K>(), config.clone());
         if let Some(existing) = entries
@@ -209,6 +230,10 @@ impl InformerFactory {
             return existing.clone();
         }
         let list_watch = ApiListWatch::new::<K>(self.client.clone(), config.namespace.as_deref());
+        let list_watch = match protobuf {
+            Some(message) => list_watch.with_protobuf_table(message),
+            None => list_watch.json(),
+        };
         let informer = SharedInformer::new(
             Arc::new(list_watch),
             InformerConfig {

@@ -9,13 +9,15 @@
 //! for a Pod with no container statuses yet, its newest condition when that
 //! is not True (e.g. `PodScheduled=False`, reason `Unschedulable`). Repeats
 //! on later passes are folded into one Event with a count by the recorder.
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::ContainerStatus;
+
+use super::cached::CachedPod;
 
 /// One Warning to record: `(reason, message)`.
 pub type Abnormal = (String, String);
 
 /// What is abnormal about a live (pending or running) Pod.
-pub fn abnormal(pod: &Pod) -> Vec<Abnormal> {
+pub fn abnormal(pod: &CachedPod) -> Vec<Abnormal> {
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     let Some(status) = pod.status.as_ref() else {
         return Vec::new();
@@ -83,8 +85,8 @@ mod tests {
         ContainerState, ContainerStateTerminated, ContainerStateWaiting, PodCondition, PodStatus,
     };
 
-    fn pod(status: PodStatus) -> Pod {
-        let mut pod = Pod::default();
+    fn pod(status: PodStatus) -> CachedPod {
+        let mut pod = CachedPod::default();
         pod.metadata.name = Some("j-worker-0".into());
         pod.status = Some(status);
         pod

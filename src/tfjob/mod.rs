@@ -6,6 +6,7 @@
 
 pub mod abnormal;
 pub mod bookkeeping;
+pub mod cached;
 pub mod children;
 pub mod conditions;
 pub mod controller;

@@ -27,6 +27,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, Service};
+
+use super::cached::{CachedPod, CachedService};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::constants::{DEFAULT_CONTAINER_NAME, condition, event, reason};
@@ -50,9 +52,9 @@ const FIRST_RETRYABLE_EXIT_CODE: i32 = 128;
 pub struct Observed<'a> {
     pub job: &'a TFJob,
     /// Pods controlled by the job.
-    pub pods: &'a [Arc<Pod>],
+    pub pods: &'a [Arc<CachedPod>],
     /// Services controlled by the job.
-    pub services: &'a [Arc<Service>],
+    pub services: &'a [Arc<CachedService>],
     pub now: Timestamp,
 }
 
@@ -414,13 +416,13 @@ fn fail(p: &mut Plan, msg: String, now: &Time) {
 
 /// The job's children, grouped by replica slot.
 struct Children<'a> {
-    pods: BTreeMap<(ReplicaType, i32), Vec<&'a Pod>>,
+    pods: BTreeMap<(ReplicaType, i32), Vec<&'a CachedPod>>,
     services: BTreeMap<(ReplicaType, i32), String>,
 }
 
 impl<'a> Children<'a> {
-    fn group(pods: &'a [Arc<Pod>], services: &'a [Arc<Service>]) -> Self {
-        let mut by_slot: BTreeMap<_, Vec<&Pod>> = BTreeMap::new();
+    fn group(pods: &'a [Arc<CachedPod>], services: &'a [Arc<CachedService>]) -> Self {
+        let mut by_slot: BTreeMap<_, Vec<&CachedPod>> = BTreeMap::new();
         for pod in pods {
             if let Some(slot) = replica_of(&pod.metadata) {
                 by_slot.entry(slot).or_default().push(pod);
@@ -437,11 +439,11 @@ impl<'a> Children<'a> {
     }
 }
 
-fn terminating(pod: &Pod) -> bool {
+fn terminating(pod: &CachedPod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
 
-fn phase(pod: &Pod) -> &str {
+fn phase(pod: &CachedPod) -> &str {
     pod.status
         .as_ref()
         .and_then(|s| s.phase.as_deref())
@@ -450,7 +452,7 @@ fn phase(pod: &Pod) -> &str {
 
 /// The `tensorflow` container's exit code, or Kubeflow's 0xbeef when it has
 /// not terminated (which counts as retryable).
-fn exit_code(pod: &Pod) -> i32 {
+fn exit_code(pod: &CachedPod) -> i32 {
     pod.status
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref())
@@ -460,7 +462,7 @@ fn exit_code(pod: &Pod) -> i32 {
 }
 
 /// In-place restarts the kubelet did (OnFailure / Always).
-fn in_place_restarts(pod: &Pod) -> i32 {
+fn in_place_restarts(pod: &CachedPod) -> i32 {
     let status = pod.status.as_ref();
     let count = |cs: Option<&Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
         cs.into_iter()
@@ -474,7 +476,7 @@ fn in_place_restarts(pod: &Pod) -> i32 {
 
 /// Evicted or disrupted (preemption, node drain, lost node): the Pod failed
 /// through no fault of its own, so it is replaced without counting a failure.
-fn disrupted(pod: &Pod) -> bool {
+fn disrupted(pod: &CachedPod) -> bool {
     let Some(status) = pod.status.as_ref() else {
         return false;
     };
@@ -496,7 +498,7 @@ fn disrupted(pod: &Pod) -> bool {
 /// terminating Pod holds its slot. Kubernetes' Pod GC force-deletes such Pods
 /// only once an admin taints the node out-of-service; we wait a bounded time
 /// instead, and only for Pods already evicted for being unreachable.
-pub fn stuck_on_lost_node(pod: &Pod, now: Timestamp, wait: Duration) -> Option<Duration> {
+pub fn stuck_on_lost_node(pod: &CachedPod, now: Timestamp, wait: Duration) -> Option<Duration> {
     let deleted_at = pod.metadata.deletion_timestamp.as_ref()?.0;
     if !disrupted(pod) {
         return None;
@@ -520,7 +522,7 @@ fn force_delete_stuck(p: &mut Plan, children: &Children<'_>, now: Timestamp, wai
     }
 }
 
-fn delete_pod(pod: &Pod) -> Action {
+fn delete_pod(pod: &CachedPod) -> Action {
     Action::DeletePod {
         name: pod.metadata.name.clone().unwrap_or_default(),
         uid: pod.metadata.uid.clone(),
@@ -584,7 +586,8 @@ impl Tally {
                     .get(&(rtype, index))
                     .map(Vec::as_slice)
                     .unwrap_or(&[]);
-                let live: Vec<&Pod> = pods.iter().copied().filter(|p| !terminating(p)).collect();
+                let live: Vec<&CachedPod> =
+                    pods.iter().copied().filter(|p| !terminating(p)).collect();
                 let Some(pod) = live.first() else {
                     // A terminating Pod still holds its slot; a succeeded
                     // index stays succeeded; otherwise the slot is empty.

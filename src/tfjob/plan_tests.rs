@@ -6,11 +6,11 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition, PodStatus,
-    Service,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::bookkeeping::{ANNOTATION as BOOKKEEPING, Bookkeeping};
+use super::cached::{CachedPod, CachedService};
 use super::children::{ChildContext, owner_reference};
 use super::plan::{Action, Observed, Plan, PlanConfig, plan, succeeded_indexes};
 use super::schema::StatusSchema;
@@ -29,8 +29,8 @@ fn at(secs: i64) -> Timestamp {
 /// A job and the world around it.
 struct World {
     job: TFJob,
-    pods: Vec<Arc<Pod>>,
-    services: Vec<Arc<Service>>,
+    pods: Vec<Arc<CachedPod>>,
+    services: Vec<Arc<CachedService>>,
     schema: StatusSchema,
 }
 
@@ -101,7 +101,7 @@ impl World {
             }),
             ..Default::default()
         });
-        self.pods.push(Arc::new(pod));
+        self.pods.push(Arc::new(CachedPod::from(pod)));
         self
     }
 
@@ -158,8 +158,9 @@ impl World {
         self.services.clear();
         for (rtype, r) in &spec.replicas {
             for i in 0..r.replicas {
-                self.services
-                    .push(Arc::new(ctx.service(*rtype, i).unwrap()));
+                self.services.push(Arc::new(CachedService::from(
+                    ctx.service(*rtype, i).unwrap(),
+                )));
             }
         }
         self

@@ -29,6 +29,7 @@ use crate::runtime::ownership::{adopt, claim, release};
 use crate::runtime::{CONTROLLER_UID_INDEX, Indexer, Object, ObjectKey};
 
 use super::bookkeeping::{ANNOTATION as BOOKKEEPING_ANNOTATION, Bookkeeping};
+use super::cached::{CachedPod, CachedService};
 use super::children::{child_selector, owner_reference};
 use super::creation_events::creation_event;
 use super::metrics::JobMetrics;
@@ -124,8 +125,8 @@ enum Observation {
         stored: Arc<TFJob>,
         /// `stored` with the status planned but not written yet over it.
         job: Arc<TFJob>,
-        pods: Vec<Arc<Pod>>,
-        services: Vec<Arc<Service>>,
+        pods: Vec<Arc<CachedPod>>,
+        services: Vec<Arc<CachedService>>,
     },
 }
 
@@ -134,8 +135,8 @@ enum Observation {
 pub struct TfJobReconciler {
     pub client: Client,
     pub jobs: Indexer<TFJob>,
-    pub pods: Indexer<Pod>,
-    pub services: Indexer<Service>,
+    pub pods: Indexer<CachedPod>,
+    pub services: Indexer<CachedService>,
     pub expectations: Expectations,
     pub recorder: EventRecorder,
     pub metrics: JobMetrics,

@@ -384,6 +384,35 @@ mod tests {
     }
 
     #[test]
+    fn a_view_of_a_kind_decodes_from_its_table_and_skips_what_it_leaves_out() {
+        // A view (see `InformerFactory::view_informer`): the Pod's metadata
+        // and status, no spec.
+        #[derive(Debug, serde::Deserialize)]
+        struct View {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            status: Option<k8s_openapi::api::core::v1::PodStatus>,
+        }
+        let pod = Builder::new(message_for::<Pod>().unwrap())
+            .message("metadata", |m| m.bytes("name", b"p"))
+            .message("spec", |spec| {
+                spec.message("containers", |c| {
+                    c.bytes("name", b"tensorflow").message("env", |e| {
+                        e.bytes("name", b"TF_CONFIG").bytes("value", b"{}")
+                    })
+                })
+            })
+            .message("status", |s| s.bytes("phase", b"Running"))
+            .bytes;
+        let view: View =
+            decode_without_managed_fields(message_for::<Pod>().unwrap(), &pod).unwrap();
+        assert_eq!(view.metadata.name.as_deref(), Some("p"));
+        assert_eq!(
+            view.status.and_then(|s| s.phase).as_deref(),
+            Some("Running")
+        );
+    }
+
+    #[test]
     fn unknown_fields_are_skipped_like_unknown_json_keys() {
         // Field 15 of the ConfigMap does not exist (a newer server's field).
         let mut cm = Builder::new(message_for::<ConfigMap>().unwrap())
