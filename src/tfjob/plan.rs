@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 
 use super::cached::{CachedPod, CachedService};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -43,6 +43,7 @@ use super::children::{ChildContext, owner_reference, replica_of};
 use super::conditions::{self, is_finished, is_true};
 use super::index_set;
 use super::schema::StatusSchema;
+use super::tf_config::replica_name;
 
 /// Exit codes at or above this mean the process was killed by a signal
 /// (137 = SIGKILL, 143 = SIGTERM): retryable under `ExitCode`.
@@ -73,7 +74,16 @@ pub struct PlanConfig {
 /// One API write the plan asks for.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    CreatePod(Box<Pod>),
+    /// Create the Pod of replica `index` of `rtype`, named `name`. The Pod
+    /// itself is built only when its create is sent
+    /// ([`ChildContext::pod`]): each carries a `TF_CONFIG` listing every
+    /// replica, so building all of a 5,000-worker job's Pods up front held
+    /// 5,000 × 200 KB at once.
+    CreatePod {
+        rtype: ReplicaType,
+        index: i32,
+        name: String,
+    },
     /// Delete a Pod; `uid` is a precondition so a re-created Pod of the same
     /// name is never deleted by mistake.
     DeletePod {
@@ -360,8 +370,13 @@ fn plan_into(
 
     // Converge children toward the spec.
     for &(rtype, index) in &tally.missing_pods {
-        if let Some(pod) = ctx.pod(rtype, index) {
-            p.actions.push(Action::CreatePod(Box::new(pod)));
+        if spec
+            .replicas
+            .get(&rtype)
+            .is_some_and(|r| r.template.spec.is_some())
+        {
+            let name = replica_name(name, rtype, index);
+            p.actions.push(Action::CreatePod { rtype, index, name });
         }
     }
     for (rtype, replica) in &spec.replicas {

@@ -225,7 +225,7 @@ fn created_pods(p: &Plan) -> Vec<String> {
     p.actions
         .iter()
         .filter_map(|a| match a {
-            Action::CreatePod(pod) => pod.metadata.name.clone(),
+            Action::CreatePod { name, .. } => Some(name.clone()),
             _ => None,
         })
         .collect()

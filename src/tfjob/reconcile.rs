@@ -19,8 +19,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions
 use kube::{Client, Resource};
 use tracing::Instrument;
 
-use crate::api::TFJob;
 use crate::api::constants::event;
+use crate::api::defaults::normalize;
+use crate::api::{ReplicaType, TFJob};
 use crate::runtime::client::span_status::write_span;
 use crate::runtime::client::unread;
 use crate::runtime::events::EventRecorder;
@@ -30,7 +31,7 @@ use crate::runtime::{CONTROLLER_UID_INDEX, Indexer, Object, ObjectKey};
 
 use super::bookkeeping::{ANNOTATION as BOOKKEEPING_ANNOTATION, Bookkeeping};
 use super::cached::{CachedPod, CachedService};
-use super::children::{child_selector, owner_reference};
+use super::children::{ChildContext, child_selector, owner_reference};
 use super::creation_events::creation_event;
 use super::metrics::JobMetrics;
 use super::plan::{Action, Observed, Plan, PlanConfig, plan};
@@ -421,7 +422,7 @@ impl TfJobReconciler {
         let creates = plan
             .actions
             .iter()
-            .filter(|a| matches!(a, Action::CreatePod(_) | Action::CreateService(_)))
+            .filter(|a| matches!(a, Action::CreatePod { .. } | Action::CreateService(_)))
             .count();
         let deleted_uids: Vec<&str> = plan
             .actions
@@ -545,10 +546,16 @@ impl TfJobReconciler {
     ) -> Result<Option<Created>, SyncError> {
         let job = job.as_ref();
         match action {
-            Action::CreatePod(pod) => self
-                .create_child(key, job, pods, pod, "pod", event::FAILED_CREATE_POD)
-                .await
-                .map(|c| c.map(Created::Pod)),
+            Action::CreatePod { rtype, index, name } => {
+                // Built now, not when planned: see `Action::CreatePod`.
+                let Some(pod) = self.child_pod(job, *rtype, *index) else {
+                    tracing::warn!(job = %key, pod = %name, "the planned Pod could not be built");
+                    return Ok(None);
+                };
+                self.create_child(key, job, pods, &pod, "pod", event::FAILED_CREATE_POD)
+                    .await
+                    .map(|c| c.map(Created::Pod))
+            }
             Action::CreateService(svc) => {
                 let failed = event::FAILED_CREATE_SERVICE;
                 self.create_child(key, job, services, svc, "service", failed)
@@ -565,6 +572,22 @@ impl TfJobReconciler {
                 .map(|()| None),
             Action::DeleteJob => self.delete_job(job, jobs).await.map(|()| None),
         }
+    }
+
+    /// The Pod of replica `index` of `rtype`, as the plan would have built
+    /// it (same spec, owner and options).
+    fn child_pod(&self, job: &TFJob, rtype: ReplicaType, index: i32) -> Option<Pod> {
+        let name = job.metadata.name.as_deref()?;
+        let spec = normalize(name, &job.spec).ok()?;
+        let owner = owner_reference(job)?;
+        let ctx = ChildContext {
+            name,
+            namespace: job.metadata.namespace.as_deref().unwrap_or_default(),
+            spec: &spec,
+            owner: &owner,
+            cluster_domain: self.plan_config.cluster_domain.as_deref(),
+        };
+        ctx.pod(rtype, index)
     }
 
     async fn delete_pod(
@@ -793,7 +816,7 @@ fn re_creates_children(job: &TFJob, plan: &Plan) -> bool {
         && plan
             .actions
             .iter()
-            .any(|a| matches!(a, Action::CreatePod(_) | Action::CreateService(_)))
+            .any(|a| matches!(a, Action::CreatePod { .. } | Action::CreateService(_)))
 }
 
 fn log_state_change(
