@@ -76,8 +76,10 @@ use crate::runtime::server::{HttpServer, Readiness, SecureMetrics, ServerError};
 
 /// controller-runtime's default bound on draining runnables at shutdown.
 pub const DEFAULT_GRACEFUL_SHUTDOWN: Duration = Duration::from_secs(30);
-/// How long the final steps (releasing the Lease, stopping the HTTP server)
-/// may take once the runnables are done.
+/// How long each final step (releasing the Lease, stopping the HTTP server
+/// and the event writer) may take at least once the runnables are done;
+/// the infrastructure gets whatever is left of the graceful-shutdown
+/// budget if that is longer.
 const FINAL_STEP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Any error a runnable may return.
@@ -413,6 +415,7 @@ impl Manager {
         };
 
         // 5. Stop: not ready, cancel work, drain (bounded), release, stop infra.
+        let stopping_since = tokio::time::Instant::now();
         readiness.mark_stopping();
         work.cancel();
         let mut result = match stop {
@@ -454,7 +457,16 @@ impl Manager {
             }
         }
         infra.cancel();
-        if tokio::time::timeout(FINAL_STEP_TIMEOUT, async {
+        // The event writer flushes what reconciles recorded last (a burst of
+        // `TFJobSucceeded` can be hundreds of Events behind a busy API
+        // server): it may use the rest of the budget, not only 5 s, or the
+        // write in flight is cut (the API server logs a 504) and the queue
+        // is lost.
+        let infra_budget = config
+            .graceful_shutdown
+            .saturating_sub(stopping_since.elapsed())
+            .max(FINAL_STEP_TIMEOUT);
+        if tokio::time::timeout(infra_budget, async {
             while infra_tasks.join_next().await.is_some() {}
         })
         .await
@@ -809,6 +821,49 @@ mod tests {
         let took = t0.elapsed();
         assert!(
             took >= Duration::from_secs(5) && took < Duration::from_secs(6),
+            "{took:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_event_writer_may_flush_for_the_rest_of_the_graceful_budget() {
+        let mut mgr = manager();
+        let flushed = flag();
+        let done = flushed.clone();
+        // A background task (the event writer) with 12 s of queued writes
+        // left when shutdown comes.
+        mgr.background
+            .push(Box::new(move |token: CancellationToken| {
+                Box::pin(async move {
+                    token.cancelled().await;
+                    tokio::time::sleep(Duration::from_secs(12)).await;
+                    done.store(true, Ordering::SeqCst);
+                })
+            }));
+        let stop = mgr.shutdown_token();
+        let run = tokio::spawn(mgr.run());
+        settle().await;
+        stop.cancel();
+        run.await.unwrap().unwrap();
+        assert!(flushed.load(Ordering::SeqCst), "the flush was cut");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stuck_background_task_is_abandoned_when_the_budget_is_spent() {
+        let mut mgr = manager();
+        mgr.background.push(Box::new(|_token: CancellationToken| {
+            Box::pin(std::future::pending::<()>())
+        }));
+        let stop = mgr.shutdown_token();
+        let run = tokio::spawn(mgr.run());
+        settle().await;
+        let t0 = Instant::now();
+        stop.cancel();
+        run.await.unwrap().unwrap();
+        let took = t0.elapsed();
+        // The 30 s budget, nothing spent on runnables.
+        assert!(
+            took >= Duration::from_secs(30) && took < Duration::from_secs(31),
             "{took:?}"
         );
     }
