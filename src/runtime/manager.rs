@@ -688,6 +688,18 @@ mod tests {
         )
     }
 
+    /// Runs the manager, lets it start, asks it to stop: its result, and
+    /// how long the stop took.
+    async fn start_then_stop(mgr: Manager) -> (Result<(), ManagerError>, Duration) {
+        let stop = mgr.shutdown_token();
+        let run = tokio::spawn(mgr.run());
+        settle().await;
+        let t0 = Instant::now();
+        stop.cancel();
+        let result = run.await.expect("the manager task panicked");
+        (result, t0.elapsed())
+    }
+
     /// Lets spawned tasks run (paused time auto-advances only when idle).
     async fn settle() {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -811,14 +823,9 @@ mod tests {
             done.store(true, Ordering::SeqCst);
             Ok(())
         });
-        let stop = mgr.shutdown_token();
-        let run = tokio::spawn(mgr.run());
-        settle().await;
-        let t0 = Instant::now();
-        stop.cancel();
-        run.await.unwrap().unwrap();
+        let (result, took) = start_then_stop(mgr).await;
+        result.unwrap();
         assert!(finished.load(Ordering::SeqCst));
-        let took = t0.elapsed();
         assert!(
             took >= Duration::from_secs(5) && took < Duration::from_secs(6),
             "{took:?}"
@@ -854,13 +861,8 @@ mod tests {
         mgr.background.push(Box::new(|_token: CancellationToken| {
             Box::pin(std::future::pending::<()>())
         }));
-        let stop = mgr.shutdown_token();
-        let run = tokio::spawn(mgr.run());
-        settle().await;
-        let t0 = Instant::now();
-        stop.cancel();
-        run.await.unwrap().unwrap();
-        let took = t0.elapsed();
+        let (result, took) = start_then_stop(mgr).await;
+        result.unwrap();
         // The 30 s budget, nothing spent on runnables.
         assert!(
             took >= Duration::from_secs(30) && took < Duration::from_secs(31),
@@ -875,14 +877,8 @@ mod tests {
             std::future::pending::<()>().await;
             Ok(())
         });
-        let stop = mgr.shutdown_token();
-        let run = tokio::spawn(mgr.run());
-        settle().await;
-        let t0 = Instant::now();
-        stop.cancel();
-        let err = run.await.unwrap().unwrap_err();
-        assert_eq!(err.category(), "shutdown_timeout");
-        let took = t0.elapsed();
+        let (result, took) = start_then_stop(mgr).await;
+        assert_eq!(result.unwrap_err().category(), "shutdown_timeout");
         assert!(
             took >= Duration::from_secs(30) && took < Duration::from_secs(31),
             "{took:?}"

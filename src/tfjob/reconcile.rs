@@ -19,9 +19,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions
 use kube::{Client, Resource};
 use tracing::Instrument;
 
+use crate::api::TFJob;
 use crate::api::constants::event;
 use crate::api::defaults::normalize;
-use crate::api::{ReplicaType, TFJob};
 use crate::runtime::client::span_status::write_span;
 use crate::runtime::client::unread;
 use crate::runtime::events::EventRecorder;
@@ -413,7 +413,24 @@ impl TfJobReconciler {
 
     async fn apply(&self, key: &ObjectKey, job: &Arc<TFJob>, plan: &Plan) -> Result<(), SyncError> {
         let namespace = job.metadata.namespace.clone().unwrap_or_default();
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        // What planned Pods are built from, once per apply (the plan did
+        // the same; a bad spec plans no Pod).
+        let job_name = job.metadata.name.as_deref().unwrap_or_default();
+        let spec = normalize(job_name, &job.spec).ok();
+        let owner = owner_reference(job);
+        let pods = PodWrites {
+            api: Api::namespaced(self.client.clone(), &namespace),
+            children: spec
+                .as_ref()
+                .zip(owner.as_ref())
+                .map(|(spec, owner)| ChildContext {
+                    name: job_name,
+                    namespace: &namespace,
+                    spec,
+                    owner,
+                    cluster_domain: self.plan_config.cluster_domain.as_deref(),
+                }),
+        };
         let services: Api<Service> = Api::namespaced(self.client.clone(), &namespace);
         let jobs: Api<TFJob> = Api::namespaced(self.client.clone(), &namespace);
 
@@ -540,7 +557,7 @@ impl TfJobReconciler {
         key: &ObjectKey,
         job: &Arc<TFJob>,
         action: &Action,
-        pods: &Api<Pod>,
+        pods: &PodWrites<'_>,
         services: &Api<Service>,
         jobs: &Api<TFJob>,
     ) -> Result<Option<Created>, SyncError> {
@@ -548,11 +565,12 @@ impl TfJobReconciler {
         match action {
             Action::CreatePod { rtype, index, name } => {
                 // Built now, not when planned: see `Action::CreatePod`.
-                let Some(pod) = self.child_pod(job, *rtype, *index) else {
+                let built = pods.children.as_ref().and_then(|c| c.pod(*rtype, *index));
+                let Some(pod) = built else {
                     tracing::warn!(job = %key, pod = %name, "the planned Pod could not be built");
                     return Ok(None);
                 };
-                self.create_child(key, job, pods, &pod, "pod", event::FAILED_CREATE_POD)
+                self.create_child(key, job, &pods.api, &pod, "pod", event::FAILED_CREATE_POD)
                     .await
                     .map(|c| c.map(Created::Pod))
             }
@@ -563,7 +581,7 @@ impl TfJobReconciler {
                     .map(|c| c.map(Created::Service))
             }
             Action::DeletePod { name, uid, force } => self
-                .delete_pod(key, job, pods, name, uid.as_deref(), *force)
+                .delete_pod(key, job, &pods.api, name, uid.as_deref(), *force)
                 .await
                 .map(|()| None),
             Action::DeleteService { name } => self
@@ -572,22 +590,6 @@ impl TfJobReconciler {
                 .map(|()| None),
             Action::DeleteJob => self.delete_job(job, jobs).await.map(|()| None),
         }
-    }
-
-    /// The Pod of replica `index` of `rtype`, as the plan would have built
-    /// it (same spec, owner and options).
-    fn child_pod(&self, job: &TFJob, rtype: ReplicaType, index: i32) -> Option<Pod> {
-        let name = job.metadata.name.as_deref()?;
-        let spec = normalize(name, &job.spec).ok()?;
-        let owner = owner_reference(job)?;
-        let ctx = ChildContext {
-            name,
-            namespace: job.metadata.namespace.as_deref().unwrap_or_default(),
-            spec: &spec,
-            owner: &owner,
-            cluster_domain: self.plan_config.cluster_domain.as_deref(),
-        };
-        ctx.pod(rtype, index)
     }
 
     async fn delete_pod(
@@ -843,6 +845,13 @@ fn log_state_change(
             "job state changed"
         );
     }
+}
+
+/// Where a job's Pods are written: the API, and what a planned Pod is
+/// built from when its create is sent (see `Action::CreatePod`).
+struct PodWrites<'a> {
+    api: Api<Pod>,
+    children: Option<ChildContext<'a>>,
 }
 
 /// A child one write created, by name (for the pass's creation Events).
