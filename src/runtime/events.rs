@@ -31,9 +31,11 @@
 //! events" Event. This module never panics on API errors: a failed write is
 //! logged and counted, then forgotten.
 //!
-//! The recorder is here, the correlator in `correlator.rs`, the writer in
-//! `writer.rs`.
+//! The recorder is here, the correlator in `correlator.rs`, the writer (the
+//! background task, up to [`WRITES_IN_FLIGHT`] objects' Events at a time) in
+//! `writer.rs`, one Event's write in `sink.rs`.
 mod correlator;
+mod sink;
 mod writer;
 
 use std::sync::Arc;
@@ -48,7 +50,8 @@ use tokio::sync::mpsc;
 use crate::runtime::metrics::SharedRegistry;
 
 pub use correlator::{Decision, EventCorrelator, SPAM_BURST, SPAM_REFILL_EVERY, TokenBucket};
-pub use writer::{ApiEventSink, EventBroadcaster, EventError, EventSink};
+pub use sink::{ApiEventSink, EventError, EventSink};
+pub use writer::{EventBroadcaster, WRITES_IN_FLIGHT};
 
 /// client-go's broadcaster queue length.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1000;

@@ -27,7 +27,9 @@ pub const SPAM_REFILL_EVERY: Duration = Duration::from_secs(300);
 const CACHE_ENTRIES: usize = 4096;
 
 impl EventRecord {
-    fn object_key(&self) -> ObjectIdentity {
+    /// The reporter and the involved object (the writer writes one object's
+    /// events in order).
+    pub(super) fn object_key(&self) -> ObjectIdentity {
         let r = &self.involved;
         ObjectIdentity {
             component: self.source.component.clone(),
@@ -61,7 +63,7 @@ impl EventRecord {
 /// `getSpamKey` (source component and host, the object's kind, namespace,
 /// name, UID and apiVersion).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct ObjectIdentity {
+pub(super) struct ObjectIdentity {
     component: String,
     instance: Option<String>,
     api_version: Option<String>,
