@@ -5,6 +5,7 @@
 //! ownerReference and restart-policy mapping, so Kubeflow's tools (the Python
 //! SDK's `get_job_pods`) find our children.
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use k8s_openapi::api::core::v1::{EnvVar, Pod, Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -18,7 +19,9 @@ use crate::api::constants::{
 use crate::api::defaults::{JobSpec, tensorflow_container_index};
 use crate::api::{ReplicaType, RestartPolicy, TFJob};
 
-use super::tf_config::{is_distributed, replica_name, tf_config};
+use super::tf_config::{
+    cluster_json, is_distributed, replica_name, sparse_tf_config, with_cluster,
+};
 
 /// The labels a job's children must carry to be claimed by it (Kubeflow's
 /// selector): the job name *and* our operator name, so another operator's
@@ -71,9 +74,40 @@ pub struct ChildContext<'a> {
     pub owner: &'a OwnerReference,
     /// Appended to `.svc` in TF_CONFIG addresses (`CUSTOM_CLUSTER_DOMAIN`).
     pub cluster_domain: Option<&'a str>,
+    /// The cluster every replica's TF_CONFIG lists, serialised on the first
+    /// Pod built and copied into the rest (see `super::tf_config`).
+    tf_cluster: OnceLock<String>,
 }
 
-impl ChildContext<'_> {
+impl<'a> ChildContext<'a> {
+    pub fn new(
+        name: &'a str,
+        namespace: &'a str,
+        spec: &'a JobSpec<'a>,
+        owner: &'a OwnerReference,
+        cluster_domain: Option<&'a str>,
+    ) -> Self {
+        Self {
+            name,
+            namespace,
+            spec,
+            owner,
+            cluster_domain,
+            tf_cluster: OnceLock::new(),
+        }
+    }
+
+    /// The TF_CONFIG of replica `index` of `rtype`.
+    fn tf_config(&self, rtype: ReplicaType, index: i32) -> String {
+        let (name, namespace, domain) = (self.name, self.namespace, self.cluster_domain);
+        if self.spec.enable_dynamic_worker {
+            return sparse_tf_config(name, namespace, self.spec, rtype, index, domain);
+        }
+        let cluster = self
+            .tf_cluster
+            .get_or_init(|| cluster_json(name, namespace, self.spec, domain));
+        with_cluster(cluster, rtype, index)
+    }
     /// The Pod of replica `index` of `rtype`, or `None` if the type is not in the spec.
     pub fn pod(&self, rtype: ReplicaType, index: i32) -> Option<Pod> {
         let replica = self.spec.replicas.get(&rtype)?;
@@ -100,14 +134,7 @@ impl ChildContext<'_> {
             .to_owned(),
         );
         if is_distributed(self.spec) {
-            let config = tf_config(
-                self.name,
-                self.namespace,
-                self.spec,
-                rtype,
-                index,
-                self.cluster_domain,
-            );
+            let config = self.tf_config(rtype, index);
             if let Some(i) = tensorflow_container_index(template) {
                 let env = pod_spec.containers[i].env.get_or_insert_with(Vec::new);
                 env.push(EnvVar {
@@ -193,13 +220,7 @@ mod tests {
     fn with_ctx<T>(job: TFJob, f: impl FnOnce(&ChildContext<'_>) -> T) -> T {
         let spec = normalize("mnist", &job.spec).unwrap();
         let owner = owner_reference(&job).unwrap();
-        f(&ChildContext {
-            name: "mnist",
-            namespace: "default",
-            spec: &spec,
-            owner: &owner,
-            cluster_domain: None,
-        })
+        f(&ChildContext::new("mnist", "default", &spec, &owner, None))
     }
 
     fn job() -> TFJob {
@@ -278,13 +299,7 @@ mod tests {
         meta.finalizers = Some(vec!["example.com/keep-logs".to_owned()]);
         let spec = normalize("mnist", &job.spec).unwrap();
         let owner = owner_reference(&job).unwrap();
-        let ctx = ChildContext {
-            name: "mnist",
-            namespace: "default",
-            spec: &spec,
-            owner: &owner,
-            cluster_domain: None,
-        };
+        let ctx = ChildContext::new("mnist", "default", &spec, &owner, None);
         let pod = ctx.pod(ReplicaType::Worker, 0).unwrap();
         assert_eq!(pod.metadata.labels.unwrap()["team"], "ml");
         assert_eq!(pod.metadata.annotations.unwrap()["note"], "x");
@@ -324,6 +339,39 @@ mod tests {
                 .unwrap()
                 .contains(r#""task":{"type":"ps","index":0}"#)
         );
+    }
+
+    #[test]
+    fn every_pods_tf_config_from_the_shared_cluster_is_the_one_built_alone() {
+        use super::super::tf_config::tf_config;
+        for dynamic in [false, true] {
+            let j = TfJobFixture::new("mnist")
+                .chief(1)
+                .workers(3)
+                .ps(2)
+                .evaluators(1)
+                .dynamic_worker(dynamic)
+                .uid("u")
+                .build();
+            let spec = normalize("mnist", &j.spec).unwrap();
+            let owner = owner_reference(&j).unwrap();
+            let domain = Some("cluster.local");
+            let ctx = ChildContext::new("mnist", "ns", &spec, &owner, domain);
+            for (&rtype, replica) in &spec.replicas {
+                for i in 0..replica.replicas {
+                    let env = ctx.pod(rtype, i).unwrap().spec.unwrap().containers[0]
+                        .env
+                        .clone()
+                        .unwrap();
+                    let alone = tf_config("mnist", "ns", &spec, rtype, i, domain);
+                    assert_eq!(
+                        env[0].value.as_deref(),
+                        Some(alone.as_str()),
+                        "{rtype:?} {i}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

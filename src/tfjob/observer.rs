@@ -83,13 +83,7 @@ mod tests {
         let job = TfJobFixture::new("j").workers(2).uid("u1").build();
         let spec = normalize("j", &job.spec).unwrap();
         let owner = owner_reference(&job).unwrap();
-        let ctx = ChildContext {
-            name: "j",
-            namespace: "default",
-            spec: &spec,
-            owner: &owner,
-            cluster_domain: None,
-        };
+        let ctx = ChildContext::new("j", "default", &spec, &owner, None);
         let mut pod = ctx.pod(crate::api::ReplicaType::Worker, 0).unwrap();
         pod.metadata.uid = Some("p1".into());
         pod

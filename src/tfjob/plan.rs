@@ -243,13 +243,13 @@ fn plan_into(
     let Some(owner) = owner_reference(job) else {
         return;
     };
-    let ctx = ChildContext {
+    let ctx = ChildContext::new(
         name,
         namespace,
-        spec: &spec,
-        owner: &owner,
-        cluster_domain: cfg.cluster_domain.as_deref(),
-    };
+        &spec,
+        &owner,
+        cfg.cluster_domain.as_deref(),
+    );
     let children = Children::group(obs.pods, obs.services);
     if let Some(wait) = cfg.force_delete_stuck_after {
         force_delete_stuck(p, &children, obs.now, wait);

@@ -69,13 +69,7 @@ impl World {
         let name = self.job.metadata.name.clone().unwrap();
         let spec = normalize(&name, &self.job.spec).unwrap();
         let owner = owner_reference(&self.job).unwrap();
-        let ctx = ChildContext {
-            name: &name,
-            namespace: "default",
-            spec: &spec,
-            owner: &owner,
-            cluster_domain: None,
-        };
+        let ctx = ChildContext::new(&name, "default", &spec, &owner, None);
         let mut pod = ctx.pod(rtype, index).unwrap();
         pod.metadata.uid = Some(format!("pod-{}-{index}", rtype.lower()));
         pod
@@ -148,13 +142,7 @@ impl World {
         let name = self.job.metadata.name.clone().unwrap();
         let spec = normalize(&name, &self.job.spec).unwrap();
         let owner = owner_reference(&self.job).unwrap();
-        let ctx = ChildContext {
-            name: &name,
-            namespace: "default",
-            spec: &spec,
-            owner: &owner,
-            cluster_domain: None,
-        };
+        let ctx = ChildContext::new(&name, "default", &spec, &owner, None);
         self.services.clear();
         for (rtype, r) in &spec.replicas {
             for i in 0..r.replicas {

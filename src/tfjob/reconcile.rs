@@ -420,16 +420,15 @@ impl TfJobReconciler {
         let owner = owner_reference(job);
         let pods = PodWrites {
             api: Api::namespaced(self.client.clone(), &namespace),
-            children: spec
-                .as_ref()
-                .zip(owner.as_ref())
-                .map(|(spec, owner)| ChildContext {
-                    name: job_name,
-                    namespace: &namespace,
+            children: spec.as_ref().zip(owner.as_ref()).map(|(spec, owner)| {
+                ChildContext::new(
+                    job_name,
+                    &namespace,
                     spec,
                     owner,
-                    cluster_domain: self.plan_config.cluster_domain.as_deref(),
-                }),
+                    self.plan_config.cluster_domain.as_deref(),
+                )
+            }),
         };
         let services: Api<Service> = Api::namespaced(self.client.clone(), &namespace);
         let jobs: Api<TFJob> = Api::namespaced(self.client.clone(), &namespace);

@@ -5,6 +5,12 @@
 //! order, with Go's `encoding/json` conventions (map keys sorted, a nil slice
 //! written as `null`). Addresses are the per-replica headless Services:
 //! `{job}-{type}-{index}.{namespace}.svc[.{cluster domain}]:{port}`.
+//!
+//! A job's TF_CONFIGs all list the same cluster: every replica's address.
+//! For N replicas that is N addresses in each of N Pods, so the cluster is
+//! serialised once per job ([`cluster_json`]) and each replica's TF_CONFIG
+//! is that text plus its own task ([`with_cluster`]): one copy per Pod, not
+//! N formats and a fresh serialisation.
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -22,13 +28,6 @@ struct Task<'a> {
     #[serde(rename = "type")]
     type_: &'a str,
     index: i32,
-}
-
-#[derive(Serialize)]
-struct TfConfig<'a> {
-    cluster: BTreeMap<&'a str, Vec<String>>,
-    task: Task<'a>,
-    environment: &'a str,
 }
 
 #[derive(Serialize)]
@@ -50,34 +49,99 @@ pub fn is_distributed(spec: &JobSpec) -> bool {
     spec.total_replicas() != 1
 }
 
-fn cluster(
+/// Where a job's replicas are reached.
+struct Addresses<'a> {
+    job: &'a str,
+    namespace: &'a str,
+    spec: &'a JobSpec<'a>,
+    /// `svc`, or `svc.{cluster domain}`.
+    suffix: String,
+}
+
+impl<'a> Addresses<'a> {
+    fn new(
+        job: &'a str,
+        namespace: &'a str,
+        spec: &'a JobSpec<'a>,
+        cluster_domain: Option<&str>,
+    ) -> Self {
+        let suffix = match cluster_domain {
+            Some(domain) if !domain.is_empty() => format!("svc.{domain}"),
+            _ => "svc".to_owned(),
+        };
+        Self {
+            job,
+            namespace,
+            spec,
+            suffix,
+        }
+    }
+
+    /// Replica `index` of `rtype`, if the spec has that type and index.
+    fn one(&self, rtype: ReplicaType, index: i32) -> Option<String> {
+        let replica = self.spec.replicas.get(&rtype)?;
+        (0..replica.replicas).contains(&index).then(|| {
+            format!(
+                "{}.{}.{}:{}",
+                replica_name(self.job, rtype, index),
+                self.namespace,
+                self.suffix,
+                replica.port
+            )
+        })
+    }
+
+    /// Every replica of `rtype`, or `None` if the spec has no such type.
+    fn all(&self, rtype: ReplicaType) -> Option<Vec<String>> {
+        let replica = self.spec.replicas.get(&rtype)?;
+        Some(
+            (0..replica.replicas)
+                .filter_map(|i| self.one(rtype, i))
+                .collect(),
+        )
+    }
+}
+
+/// The `cluster` of a job's TF_CONFIG, serialised: each replica type (in
+/// lower case, sorted) with the address of each of its replicas.
+pub fn cluster_json(
     job: &str,
     namespace: &str,
     spec: &JobSpec,
     cluster_domain: Option<&str>,
-) -> BTreeMap<&'static str, Vec<String>> {
-    let suffix = match cluster_domain {
-        Some(domain) if !domain.is_empty() => format!("svc.{domain}"),
-        _ => "svc".to_owned(),
-    };
-    spec.replicas
-        .iter()
-        .map(|(rtype, replica)| {
-            let addresses = (0..replica.replicas)
-                .map(|i| {
-                    format!(
-                        "{}.{namespace}.{suffix}:{}",
-                        replica_name(job, *rtype, i),
-                        replica.port
-                    )
-                })
-                .collect();
-            (rtype.lower(), addresses)
-        })
-        .collect()
+) -> String {
+    let addresses = Addresses::new(job, namespace, spec, cluster_domain);
+    let cluster: BTreeMap<&str, Vec<String>> = spec
+        .replicas
+        .keys()
+        .filter_map(|&rtype| Some((rtype.lower(), addresses.all(rtype)?)))
+        .collect();
+    // Serialising maps of strings cannot fail.
+    serde_json::to_string(&cluster).unwrap_or_default()
 }
 
-/// The TF_CONFIG JSON for replica `index` of type `rtype`.
+/// The TF_CONFIG of replica `index` of `rtype`, given the job's cluster as
+/// [`cluster_json`] serialised it: exactly what serialising
+/// `{"cluster": …, "task": …, "environment": "cloud"}` in one go writes.
+pub fn with_cluster(cluster_json: &str, rtype: ReplicaType, index: i32) -> String {
+    let task = Task {
+        type_: rtype.lower(),
+        index,
+    };
+    // Serialising a string and an integer cannot fail.
+    let task = serde_json::to_string(&task).unwrap_or_default();
+    let mut out = String::with_capacity(cluster_json.len() + task.len() + 48);
+    out.push_str(r#"{"cluster":"#);
+    out.push_str(cluster_json);
+    out.push_str(r#","task":"#);
+    out.push_str(&task);
+    out.push_str(r#","environment":"cloud"}"#);
+    out
+}
+
+/// The TF_CONFIG JSON for replica `index` of type `rtype` (a job with many
+/// Pods builds [`cluster_json`] once and calls [`with_cluster`] per Pod;
+/// `ChildContext` does).
 pub fn tf_config(
     job: &str,
     namespace: &str,
@@ -86,49 +150,51 @@ pub fn tf_config(
     index: i32,
     cluster_domain: Option<&str>,
 ) -> String {
-    let cluster = cluster(job, namespace, spec, cluster_domain);
-    let task = Task {
-        type_: rtype.lower(),
-        index,
-    };
-    let json = if spec.enable_dynamic_worker {
-        serde_json::to_string(&SparseTfConfig {
-            cluster: sparse(&cluster, rtype, index),
-            task,
-        })
+    if spec.enable_dynamic_worker {
+        sparse_tf_config(job, namespace, spec, rtype, index, cluster_domain)
     } else {
-        serde_json::to_string(&TfConfig {
-            cluster,
-            task,
-            environment: "cloud",
-        })
-    };
-    // Serialising maps of strings and integers cannot fail.
-    json.unwrap_or_default()
+        let cluster = cluster_json(job, namespace, spec, cluster_domain);
+        with_cluster(&cluster, rtype, index)
+    }
 }
 
-/// Kubeflow's `convertClusterSpecToSparseClusterSpec`: a PS sees itself; a
-/// worker sees itself and every PS; other types see nothing.
-fn sparse(cluster: &BTreeMap<&str, Vec<String>>, rtype: ReplicaType, index: i32) -> SparseCluster {
-    let own = |t: &str| {
-        cluster
-            .get(t)
-            .and_then(|v| usize::try_from(index).ok().and_then(|i| v.get(i)).cloned())
-    };
-    match rtype {
+/// The TF_CONFIG of a job with `enableDynamicWorker`, Kubeflow's
+/// `convertClusterSpecToSparseClusterSpec`: a PS sees itself; a worker sees
+/// itself and every PS; other types see nothing. Only those addresses are
+/// built.
+pub fn sparse_tf_config(
+    job: &str,
+    namespace: &str,
+    spec: &JobSpec,
+    rtype: ReplicaType,
+    index: i32,
+    cluster_domain: Option<&str>,
+) -> String {
+    let addresses = Addresses::new(job, namespace, spec, cluster_domain);
+    let cluster = match rtype {
         ReplicaType::PS => SparseCluster {
             worker: BTreeMap::new(),
-            ps: Some(own("ps").into_iter().collect()),
+            ps: Some(addresses.one(ReplicaType::PS, index).into_iter().collect()),
         },
         ReplicaType::Worker => SparseCluster {
-            worker: own("worker").map(|a| (index, a)).into_iter().collect(),
-            ps: cluster.get("ps").cloned(),
+            worker: addresses
+                .one(ReplicaType::Worker, index)
+                .map(|a| (index, a))
+                .into_iter()
+                .collect(),
+            ps: addresses.all(ReplicaType::PS),
         },
         _ => SparseCluster {
             worker: BTreeMap::new(),
             ps: Some(Vec::new()),
         },
-    }
+    };
+    let task = Task {
+        type_: rtype.lower(),
+        index,
+    };
+    // Serialising maps of strings and integers cannot fail.
+    serde_json::to_string(&SparseTfConfig { cluster, task }).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -157,6 +223,33 @@ mod tests {
             tf_config("test-tfjob", "ns0", &s, ReplicaType::Worker, 0, None),
             r#"{"cluster":{"evaluator":["test-tfjob-evaluator-0.ns0.svc:2222"],"ps":["test-tfjob-ps-0.ns0.svc:2222"],"worker":["test-tfjob-worker-0.ns0.svc:2222"]},"task":{"type":"worker","index":0},"environment":"cloud"}"#
         );
+    }
+
+    #[test]
+    fn the_cluster_serialised_once_gives_what_one_serialisation_gives() {
+        #[derive(Serialize)]
+        struct Whole<'a> {
+            cluster: BTreeMap<&'a str, Vec<String>>,
+            task: Task<'a>,
+            environment: &'a str,
+        }
+        let s = spec(TfJobFixture::new("j").chief(1).workers(3).ps(2));
+        let cluster = cluster_json("j", "ns", &s, None);
+        let parsed: BTreeMap<&str, Vec<String>> = serde_json::from_str(&cluster).unwrap();
+        for (rtype, index) in [(ReplicaType::Chief, 0), (ReplicaType::Worker, 2)] {
+            let whole = Whole {
+                cluster: parsed.clone(),
+                task: Task {
+                    type_: rtype.lower(),
+                    index,
+                },
+                environment: "cloud",
+            };
+            assert_eq!(
+                with_cluster(&cluster, rtype, index),
+                serde_json::to_string(&whole).unwrap()
+            );
+        }
     }
 
     #[test]
