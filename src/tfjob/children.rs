@@ -108,7 +108,18 @@ impl<'a> ChildContext<'a> {
             .get_or_init(|| cluster_json(name, namespace, self.spec, domain));
         with_cluster(cluster, rtype, index)
     }
-    /// The Pod of replica `index` of `rtype`, or `None` if the type is not in the spec.
+    /// Whether [`Self::pod`] builds a Pod for `rtype`: the type is in the
+    /// spec and its template has a Pod spec. The plan asks before it plans a
+    /// create, since the Pod itself is built only when the create is sent.
+    pub fn can_build_pod(&self, rtype: ReplicaType) -> bool {
+        self.spec
+            .replicas
+            .get(&rtype)
+            .is_some_and(|r| r.template.spec.is_some())
+    }
+
+    /// The Pod of replica `index` of `rtype`, or `None` when
+    /// [`Self::can_build_pod`] says no.
     pub fn pod(&self, rtype: ReplicaType, index: i32) -> Option<Pod> {
         let replica = self.spec.replicas.get(&rtype)?;
         let template = &replica.template;
@@ -372,6 +383,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_template_without_a_pod_spec_builds_no_pod_and_says_so_first() {
+        // `normalize` refuses such a template; the check is for a spec
+        // that reached the builder some other way.
+        let j = job();
+        let mut spec = normalize("mnist", &j.spec).unwrap();
+        if let Some(w) = spec.replicas.get_mut(&ReplicaType::Worker) {
+            w.template.to_mut().spec = None;
+        }
+        let owner = owner_reference(&j).unwrap();
+        let ctx = ChildContext::new("mnist", "default", &spec, &owner, None);
+        assert!(!ctx.can_build_pod(ReplicaType::Worker));
+        assert!(ctx.pod(ReplicaType::Worker, 0).is_none());
+        assert!(ctx.can_build_pod(ReplicaType::Chief));
+        assert!(ctx.pod(ReplicaType::Chief, 0).is_some());
+        assert!(
+            !ctx.can_build_pod(ReplicaType::Evaluator),
+            "not in the spec"
+        );
     }
 
     #[test]

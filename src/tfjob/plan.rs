@@ -370,11 +370,7 @@ fn plan_into(
 
     // Converge children toward the spec.
     for &(rtype, index) in &tally.missing_pods {
-        if spec
-            .replicas
-            .get(&rtype)
-            .is_some_and(|r| r.template.spec.is_some())
-        {
+        if ctx.can_build_pod(rtype) {
             let name = replica_name(name, rtype, index);
             p.actions.push(Action::CreatePod { rtype, index, name });
         }
