@@ -19,9 +19,7 @@ use crate::api::constants::{
 use crate::api::defaults::{JobSpec, tensorflow_container_index};
 use crate::api::{ReplicaType, RestartPolicy, TFJob};
 
-use super::tf_config::{
-    cluster_json, is_distributed, replica_name, sparse_tf_config, with_cluster,
-};
+use super::tf_config::{cluster_json, is_distributed, replica_name, tf_config, with_cluster};
 
 /// The labels a job's children must carry to be claimed by it (Kubeflow's
 /// selector): the job name *and* our operator name, so another operator's
@@ -101,7 +99,8 @@ impl<'a> ChildContext<'a> {
     fn tf_config(&self, rtype: ReplicaType, index: i32) -> String {
         let (name, namespace, domain) = (self.name, self.namespace, self.cluster_domain);
         if self.spec.enable_dynamic_worker {
-            return sparse_tf_config(name, namespace, self.spec, rtype, index, domain);
+            // Each Pod lists only itself and the PSs: nothing to share.
+            return tf_config(name, namespace, self.spec, rtype, index, domain);
         }
         let cluster = self
             .tf_cluster
@@ -354,7 +353,6 @@ mod tests {
 
     #[test]
     fn every_pods_tf_config_from_the_shared_cluster_is_the_one_built_alone() {
-        use super::super::tf_config::tf_config;
         for dynamic in [false, true] {
             let j = TfJobFixture::new("mnist")
                 .chief(1)

@@ -151,7 +151,8 @@ pub fn tf_config(
     cluster_domain: Option<&str>,
 ) -> String {
     if spec.enable_dynamic_worker {
-        sparse_tf_config(job, namespace, spec, rtype, index, cluster_domain)
+        let addresses = Addresses::new(job, namespace, spec, cluster_domain);
+        sparse(&addresses, rtype, index)
     } else {
         let cluster = cluster_json(job, namespace, spec, cluster_domain);
         with_cluster(&cluster, rtype, index)
@@ -161,16 +162,8 @@ pub fn tf_config(
 /// The TF_CONFIG of a job with `enableDynamicWorker`, Kubeflow's
 /// `convertClusterSpecToSparseClusterSpec`: a PS sees itself; a worker sees
 /// itself and every PS; other types see nothing. Only those addresses are
-/// built.
-pub fn sparse_tf_config(
-    job: &str,
-    namespace: &str,
-    spec: &JobSpec,
-    rtype: ReplicaType,
-    index: i32,
-    cluster_domain: Option<&str>,
-) -> String {
-    let addresses = Addresses::new(job, namespace, spec, cluster_domain);
+/// built, so there is nothing to share between Pods.
+fn sparse(addresses: &Addresses, rtype: ReplicaType, index: i32) -> String {
     let cluster = match rtype {
         ReplicaType::PS => SparseCluster {
             worker: BTreeMap::new(),
