@@ -107,6 +107,7 @@ impl<'a> ChildContext<'a> {
             .get_or_init(|| cluster_json(name, namespace, self.spec, domain));
         with_cluster(cluster, rtype, index)
     }
+
     /// Whether [`Self::pod`] builds a Pod for `rtype`: the type is in the
     /// spec and its template has a Pod spec. The plan asks before it plans a
     /// create, since the Pod itself is built only when the create is sent.
