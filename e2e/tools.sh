@@ -52,6 +52,16 @@ with_progress() {
 # directory that looks complete.
 finish() { rm -rf "$1" && mv "$1.tmp" "$1"; }
 
+# True when what a command prints holds WANT. Not `cmd | grep -q`: under
+# pipefail that fails at random, when grep exits at its first match while the
+# command is still writing (it dies of SIGPIPE; kubectl prints two lines).
+prints() {
+  local want="$1" out
+  shift
+  out=$("$@" 2>&1) || return 1
+  [[ $out == *"$want"* ]]
+}
+
 build_etcd() {
   local dir
   dir=$(etcd_dir)
@@ -67,7 +77,7 @@ build_etcd() {
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
   cp "$src" "$dir.tmp/bin/etcd"
   chmod +x "$dir.tmp/bin/etcd"
-  "$dir.tmp/bin/etcd" --version | grep -q "etcd Version: $ETCD_VERSION" || die "fetched etcd is not $ETCD_VERSION"
+  prints "etcd Version: $ETCD_VERSION" "$dir.tmp/bin/etcd" --version || die "fetched etcd is not $ETCD_VERSION"
   finish "$dir"
 }
 
@@ -94,7 +104,7 @@ build_kubernetes() {
     go build -v -trimpath -buildvcs=false -ldflags "$ldflags" -o "$dir.tmp/bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
-  "$dir.tmp/bin/kubectl" version --client 2>/dev/null | grep -q "$KUBE_VERSION" \
+  prints "Client Version: $KUBE_VERSION" "$dir.tmp/bin/kubectl" version --client \
     || die "kubectl was not stamped with $KUBE_VERSION"
   finish "$dir"
 }
@@ -126,7 +136,7 @@ build_helm() {
   ldflags+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor"
   with_progress "Helm $HELM_VERSION" "$dir.tmp/build.log" \
     env GOBIN="$dir.tmp/bin" go install -v -trimpath -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-  "$dir.tmp/bin/helm" version --short | grep -q "^$HELM_VERSION" || die "helm was not stamped with $HELM_VERSION"
+  prints "$HELM_VERSION" "$dir.tmp/bin/helm" version --short || die "helm was not stamped with $HELM_VERSION"
   finish "$dir"
 }
 
@@ -146,7 +156,7 @@ build_helm4() {
   ldflags+=" -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
   with_progress "Helm $HELM4_VERSION" "$dir.tmp/build.log" \
     env GOBIN="$dir.tmp/bin" go install -v -trimpath -ldflags "$ldflags" "helm.sh/helm/v4/cmd/helm@$HELM4_VERSION"
-  "$dir.tmp/bin/helm" version --short | grep -q "^$HELM4_VERSION" || die "helm4 was not stamped with $HELM4_VERSION"
+  prints "$HELM4_VERSION" "$dir.tmp/bin/helm" version --short || die "helm4 was not stamped with $HELM4_VERSION"
   finish "$dir"
 }
 
@@ -168,7 +178,7 @@ build_prometheus() {
     env GOBIN="$dir.tmp/bin" go install -v -trimpath -ldflags "$ldflags" \
     "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION" \
     "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
-  "$dir.tmp/bin/promtool" --version 2>&1 | grep -q "$PROMETHEUS_VERSION" || die "promtool was not stamped with $PROMETHEUS_VERSION"
+  prints "$PROMETHEUS_VERSION" "$dir.tmp/bin/promtool" --version || die "promtool was not stamped with $PROMETHEUS_VERSION"
   finish "$dir"
 }
 
@@ -215,7 +225,7 @@ build_jaeger() {
   (cd "$E2E_DIR/jaeger" && with_progress "Jaeger $JAEGER_VERSION" "$dir.tmp/build.log" \
     go build -v -trimpath -buildvcs=false -ldflags "$ldflags" -o "$dir.tmp/bin/jaeger" \
     github.com/jaegertracing/jaeger/cmd/jaeger)
-  "$dir.tmp/bin/jaeger" version 2>&1 | grep -q "$JAEGER_VERSION" || die "jaeger was not stamped with $JAEGER_VERSION"
+  prints "$JAEGER_VERSION" "$dir.tmp/bin/jaeger" version || die "jaeger was not stamped with $JAEGER_VERSION"
   finish "$dir"
 }
 
