@@ -49,14 +49,14 @@ crd-check: ## Fail if the committed CRD drifted from the Rust types
 	  || { echo "crds/ is stale: run 'make crd' and commit"; exit 1; }
 
 .PHONY: proto-schema
-proto-schema: ## Regenerate src/runtime/protobuf/generated.rs from the Go API types (hack/protobuf-schema)
-	cd hack/protobuf-schema && go run . > ../../src/runtime/protobuf/generated.rs.tmp
-	mv src/runtime/protobuf/generated.rs.tmp src/runtime/protobuf/generated.rs
+proto-schema: ## Regenerate src/runtime/client/protobuf/generated.rs from the Go API types (hack/protobuf-schema)
+	cd hack/protobuf-schema && go run . > ../../src/runtime/client/protobuf/generated.rs.tmp
+	mv src/runtime/client/protobuf/generated.rs.tmp src/runtime/client/protobuf/generated.rs
 
 .PHONY: proto-schema-check
 proto-schema-check: ## Fail if the committed protobuf tables drifted from the Go API types
-	cd hack/protobuf-schema && go run . | diff -u ../../src/runtime/protobuf/generated.rs - \
-	  || { echo "src/runtime/protobuf/generated.rs is stale: run 'make proto-schema' and commit"; exit 1; }
+	cd hack/protobuf-schema && go run . | diff -u ../../src/runtime/client/protobuf/generated.rs - \
+	  || { echo "src/runtime/client/protobuf/generated.rs is stale: run 'make proto-schema' and commit"; exit 1; }
 
 .PHONY: cluster-tools
 cluster-tools: ## Build (or reuse from the cache) etcd, kube-*, kubectl, helm, kwok

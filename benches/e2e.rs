@@ -55,7 +55,7 @@ use kube_runtime::watcher;
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 use tfjob_operator::api::fixtures::TfJobFixture;
-use tfjob_operator::api::{RestartPolicy, TFJob};
+use tfjob_operator::api::types::{RestartPolicy, TFJob};
 
 const BENCH_NS: &str = "bench-jobs";
 const NOISE_NS_COUNT: usize = 10;

@@ -33,9 +33,13 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams, WatchParams};
 use kube::core::WatchEvent;
 use kube_runtime::watcher;
 use serde_json::{Value, json};
+use tfjob_operator::runtime::cache::informer::{InformerConfig, SharedInformer};
+use tfjob_operator::runtime::cache::key::ObjectKey;
+use tfjob_operator::runtime::cache::reflector::framing::{RawList, RawWatchStream};
+use tfjob_operator::runtime::cache::reflector::list_watch::ApiListWatch;
+use tfjob_operator::runtime::cache::reflector::list_watch::ListWatch;
+use tfjob_operator::runtime::cache::store::Indexer;
 use tfjob_operator::runtime::controller::{Action, Controller, ReconcileError, Reconciler};
-use tfjob_operator::runtime::reflector::{ApiListWatch, RawList, RawWatchStream};
-use tfjob_operator::runtime::{Indexer, InformerConfig, ListWatch, ObjectKey, SharedInformer};
 use tokio_util::sync::CancellationToken;
 
 #[path = "common/pods.rs"]

@@ -34,11 +34,13 @@ use kube::core::{ObjectList, WatchEvent};
 use kube_runtime::reflector::store::Writer;
 use kube_runtime::watcher;
 use serde_json::{Value, json};
-use tfjob_operator::runtime::informer::DeletedObject;
-use tfjob_operator::runtime::reflector::{RawList, RawWatchStream, parse_list_body};
-use tfjob_operator::runtime::{
-    EventHandler, InformerConfig, ListWatch, ReflectorConfig, SharedInformer,
+use tfjob_operator::runtime::cache::delta_fifo::DeletedObject;
+use tfjob_operator::runtime::cache::informer::{EventHandler, InformerConfig, SharedInformer};
+use tfjob_operator::runtime::cache::reflector::ReflectorConfig;
+use tfjob_operator::runtime::cache::reflector::framing::{
+    RawList, RawWatchStream, parse_list_body,
 };
+use tfjob_operator::runtime::cache::reflector::list_watch::ListWatch;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 

@@ -41,10 +41,10 @@ use kube::Api;
 use kube::api::{ListParams, PostParams};
 use kube_runtime::{WatchStreamExt, reflector, watcher};
 use serde_json::{Value, json};
-use tfjob_operator::runtime::reflector::ApiListWatch;
-use tfjob_operator::runtime::{
-    InformerConfig, InformerFactory, ReflectorConfig, SharedInformer, WatchConfig,
-};
+use tfjob_operator::runtime::cache::factory::{InformerFactory, WatchConfig};
+use tfjob_operator::runtime::cache::informer::{InformerConfig, SharedInformer};
+use tfjob_operator::runtime::cache::reflector::ReflectorConfig;
+use tfjob_operator::runtime::cache::reflector::list_watch::ApiListWatch;
 use tokio_util::sync::CancellationToken;
 
 #[path = "common/pods.rs"]

@@ -35,8 +35,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use tfjob_operator::runtime::ObjectKey;
-use tfjob_operator::runtime::workqueue::RateLimitingQueue;
+use tfjob_operator::runtime::cache::key::ObjectKey;
+use tfjob_operator::runtime::workqueue::rate_limiting::RateLimitingQueue;
 
 #[path = "common/stats.rs"]
 mod stats;

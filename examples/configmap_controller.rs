@@ -20,11 +20,13 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
+use tfjob_operator::runtime::cache::factory::{InformerFactory, WatchConfig};
+use tfjob_operator::runtime::cache::key::ObjectKey;
+use tfjob_operator::runtime::cache::store::Indexer;
 use tfjob_operator::runtime::controller::{
     Action, Controller, ControllerError, ReconcileError, Reconciler,
 };
 use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
-use tfjob_operator::runtime::{Indexer, InformerFactory, ObjectKey, WatchConfig};
 
 /// Sources carry this label; only they are watched (a server-side selector).
 pub const SOURCE_LABEL: &str = "example.tfjob-operator.local/summarize";

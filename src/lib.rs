@@ -1,14 +1,21 @@
 //! tfjob-operator: a Kubernetes operator for Kubeflow-compatible TFJobs.
 //!
-//! The crate has three layers, with dependency arrows pointing one way:
+//! The crate has five parts, with dependency arrows pointing one way
+//! (each imports only from the ones listed after it):
 //!
+//! - [`cli`]: the binary's command line (`main`'s side; nothing in the
+//!   library imports it).
+//! - [`tfjob`]: the TFJob controller (observe → plan → apply → status).
+//! - [`api`]: the `kubeflow.org/v1` TFJob types, defaults and constants. No I/O.
 //! - [`runtime`]: the generic client-go-style controller machinery
 //!   (Reflector → DeltaFIFO → Informer → Indexer → Workqueue → workers).
 //!   It never knows about TFJobs.
-//! - [`api`]: the `kubeflow.org/v1` TFJob types, defaults and constants. No I/O.
-//! - [`tfjob`]: the TFJob controller (observe → plan → apply → status).
+//! - [`observability`]: what serves and observes the process (metrics and
+//!   their auth and TLS, logging, traces, the trace UI).
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod cli;
+pub mod observability;
 pub mod runtime;
 pub mod tfjob;

@@ -14,7 +14,7 @@ SELF = [
     ("malloc/free (glibc)", r"malloc|_int_free|libc_free|realloc|unlink_chunk|tcache|cfree"),
     ("memcpy/memcmp", r"memcpy|memmove|memcmp|memset"),
     ("TLS crypto", r"aws_lc|ring::|aes|gcm|chacha|sha2|GFp|poly1305"),
-    ("protobuf decode (ours)", r"runtime::protobuf"),
+    ("protobuf decode (ours)", r"runtime::(client::)?protobuf"),
     ("serde_json", r"serde_json"),
     ("serde of k8s types", r"k8s_openapi|serde_core|serde::"),
     ("HTTP/2 (h2, hpack)", r"^h2::|<h2::|hpack"),

@@ -1,5 +1,5 @@
 // Command protobuf-schema walks the Go API types by reflection and prints
-// src/runtime/protobuf/generated.rs: static tables that tell the Rust
+// src/runtime/client/protobuf/generated.rs: static tables that tell the Rust
 // protobuf decoder each message's field numbers, JSON names and kinds.
 //
 // Run it with `make proto-schema`; `make proto-schema-check` fails when the

@@ -8,9 +8,3 @@ pub mod crd;
 pub mod defaults;
 pub mod fixtures;
 pub mod types;
-
-pub use constants::ReplicaType;
-pub use types::{
-    CleanPodPolicy, JobCondition, ReplicaSpec, ReplicaStatus, RestartPolicy, RunPolicy,
-    SchedulingPolicy, SuccessPolicy, TFJob, TFJobSpec, TFJobStatus,
-};

@@ -1,39 +1,46 @@
 //! Generic controller machinery in the shape of client-go and controller-runtime.
 //!
-//! Everything here is generic over any `kube::Resource`; nothing here may import
-//! `crate::api` or `crate::tfjob`.
+//! The folders are the boxes of client-go's controller diagram, in the order
+//! an event travels through them:
+//!
+//! ```text
+//!             client/ (rest: rate limits, timeouts, protobuf)
+//!                │ ▲
+//!     LIST/WATCH │ │ create / delete / write status
+//!                ▼ │
+//!  ┌─ cache/ ──────┼────────────────────────────────────────┐
+//!  │ Reflector ─► DeltaFIFO ─► Informer ─► Indexer (store)  │
+//!  │               (factory: one informer per kind)         │
+//!  └──────────────────────┬─────────────────────────────────┘
+//!                         │ notifications
+//!  ┌─ controller/ ────────▼─────────────────────────────────┐
+//!  │ handler (event → key) ─► workqueue/ ─► workers ─► reconcile
+//!  │ expectations, ownership (a lagging cache stays safe)   │
+//!  └────────────────────────────────────────────────────────┘
+//!  manager/: starts and stops all of it (leader election,
+//!            /healthz, /readyz, /metrics)
+//!  events/:  Kubernetes Events written in the background
+//! ```
+//!
+//! | folder | mirrors | chapter |
+//! |---|---|---|
+//! | [`cache`] | client-go `tools/cache` | `docs/01-reflector.md` – `docs/04-indexer.md` |
+//! | [`workqueue`] | client-go `util/workqueue` | `docs/06-workqueue.md` |
+//! | [`controller`] | controller-runtime `pkg/controller`, `pkg/builder`, `pkg/handler` | `docs/05-event-handlers.md`, `docs/07-workers.md`, `docs/09-builder.md`, `docs/12-expectations.md`, `docs/13-ownership-and-gc.md` |
+//! | [`manager`] | controller-runtime `pkg/manager` | `docs/10-manager.md` |
+//! | [`events`] | client-go `tools/record` | `docs/11-client-cache-recorder.md` |
+//! | [`client`] | client-go `rest` | `docs/11-client-cache-recorder.md` |
+//!
+//! Everything here is generic over any `kube::Resource`; nothing here may
+//! import `crate::api`, `crate::tfjob` or `crate::cli`. What serves and
+//! observes the process (metrics, logging, traces) is in
+//! [`crate::observability`], below this module: the pipeline registers its
+//! metrics there, never the other way round. Nothing is re-exported here:
+//! import each type from the module that defines it.
 
+pub mod cache;
 pub mod client;
 pub mod controller;
-pub mod delta_fifo;
 pub mod events;
-pub mod expectations;
-pub mod factory;
-pub mod flags;
-pub mod handler;
-pub mod informer;
-pub mod key;
-pub mod leader_election;
-pub mod logging;
 pub mod manager;
-pub mod metrics;
-pub mod metrics_auth;
-pub mod metrics_tls;
-pub mod object;
-pub mod otlp;
-pub mod ownership;
-pub mod protobuf;
-pub mod reflector;
-pub mod server;
-pub mod store;
-pub mod tls_listener;
-pub mod trace_ui;
 pub mod workqueue;
-
-pub use delta_fifo::{Delta, DeltaFifo, Deltas};
-pub use factory::{FactoryError, InformerFactory, WatchConfig};
-pub use informer::{DeletedObject, EventHandler, InformerConfig, SharedInformer};
-pub use key::ObjectKey;
-pub use object::Object;
-pub use reflector::{ListWatch, Reflector, ReflectorConfig, Transform};
-pub use store::{CONTROLLER_UID_INDEX, IndexFn, Indexer, NAMESPACE_INDEX};

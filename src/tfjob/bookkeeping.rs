@@ -22,7 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::{ReplicaType, TFJob};
+use crate::api::constants::ReplicaType;
+use crate::api::types::TFJob;
 
 use super::index_set;
 
@@ -141,8 +142,8 @@ impl Bookkeeping {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::ReplicaStatus;
     use crate::api::fixtures::TfJobFixture;
+    use crate::api::types::ReplicaStatus;
 
     fn job_with_annotation(value: &str) -> TFJob {
         let mut job = TfJobFixture::new("j").workers(2).build();

@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{Metadata, NamespaceResourceScope, Resource};
 use serde::Deserialize;
 
-use crate::runtime::protobuf::{Message, ProtobufKind};
+use crate::runtime::client::protobuf::schema::{Message, ProtobufKind};
 
 /// A child Pod as cached: its metadata, and its status as [`slim_status`]
 /// leaves it. Decodes from a Pod's JSON or protobuf; the spec is skipped.

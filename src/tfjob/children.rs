@@ -12,12 +12,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use kube::api::ObjectMeta;
 
+use crate::api::constants::ReplicaType;
 use crate::api::constants::{
     JOB_ROLE_MASTER, LABEL_JOB_NAME, LABEL_JOB_ROLE, LABEL_OPERATOR_NAME, LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE, OPERATOR_NAME, TF_CONFIG_ENV,
 };
 use crate::api::defaults::{JobSpec, tensorflow_container_index};
-use crate::api::{ReplicaType, RestartPolicy, TFJob};
+use crate::api::types::{RestartPolicy, TFJob};
 
 use super::tf_config::{cluster_json, is_distributed, replica_name, tf_config, with_cluster};
 
@@ -269,7 +270,7 @@ mod tests {
 
     #[test]
     fn only_orphans_with_our_operator_label_are_adopted() {
-        use crate::runtime::ownership::claim;
+        use crate::runtime::controller::ownership::claim;
         let orphan = |labels: &[(&str, &str)]| {
             let mut pod = Pod::default();
             pod.metadata.name = Some("mnist-worker-0".into());

@@ -9,9 +9,9 @@
 //! - Succeeded or Failed turn Running to False.
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::JobCondition;
-use crate::api::TFJobStatus;
 use crate::api::constants::condition;
+use crate::api::types::JobCondition;
+use crate::api::types::TFJobStatus;
 
 /// Whether the status has a condition of this type with status True.
 pub fn is_true(status: &TFJobStatus, type_: &str) -> bool {

@@ -6,13 +6,15 @@
 //! `ctrl.NewControllerManagedBy(mgr).For(&TFJob{}).Owns(&Pod{}).Owns(&Service{})`.
 use std::sync::Arc;
 
-use crate::api::TFJob;
 use crate::api::constants::LABEL_JOB_NAME;
+use crate::api::types::TFJob;
+use crate::runtime::cache::factory::{FactoryError, InformerFactory, WatchConfig};
+use crate::runtime::cache::informer::SharedInformer;
+use crate::runtime::cache::reflector::Transform;
+use crate::runtime::cache::store::label_index_fn;
+use crate::runtime::controller::expectations::Expectations;
 use crate::runtime::controller::{Action, Controller, ControllerError, ReconcileError, Reconciler};
-use crate::runtime::expectations::Expectations;
 use crate::runtime::manager::Manager;
-use crate::runtime::store::label_index_fn;
-use crate::runtime::{FactoryError, InformerFactory, SharedInformer, Transform, WatchConfig};
 
 use super::cached::{CachedPod, CachedService, slim_status};
 use super::metrics::JobMetrics;
@@ -156,7 +158,10 @@ impl ReconcileError for SyncError {
 impl Reconciler for TfJobReconciler {
     type Error = SyncError;
 
-    async fn reconcile(&self, key: crate::runtime::ObjectKey) -> Result<Action, SyncError> {
+    async fn reconcile(
+        &self,
+        key: crate::runtime::cache::key::ObjectKey,
+    ) -> Result<Action, SyncError> {
         Ok(match self.sync(&key).await? {
             Some(after) => Action::RequeueAfter(after),
             None => Action::Done,

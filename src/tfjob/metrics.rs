@@ -11,9 +11,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
-use crate::api::TFJobStatus;
 use crate::api::constants::condition;
-use crate::runtime::metrics::SharedRegistry;
+use crate::api::types::TFJobStatus;
+use crate::observability::metrics::SharedRegistry;
 
 use super::conditions::is_true;
 
@@ -138,7 +138,7 @@ impl JobMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::metrics::{encode, new_registry};
+    use crate::observability::metrics::{encode, new_registry};
     use crate::tfjob::conditions::set;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 

@@ -10,9 +10,11 @@ use std::sync::Arc;
 
 use kube::Resource;
 
-use crate::api::TFJob;
-use crate::runtime::expectations::Expectations;
-use crate::runtime::{DeletedObject, EventHandler, ObjectKey};
+use crate::api::types::TFJob;
+use crate::runtime::cache::delta_fifo::DeletedObject;
+use crate::runtime::cache::informer::EventHandler;
+use crate::runtime::cache::key::ObjectKey;
+use crate::runtime::controller::expectations::Expectations;
 
 /// The key of the TFJob that controls `child`, if one does.
 pub fn controller_job_key<K: Resource>(child: &K) -> Option<ObjectKey> {
@@ -84,7 +86,9 @@ mod tests {
         let spec = normalize("j", &job.spec).unwrap();
         let owner = owner_reference(&job).unwrap();
         let ctx = ChildContext::new("j", "default", &spec, &owner, None);
-        let mut pod = ctx.pod(crate::api::ReplicaType::Worker, 0).unwrap();
+        let mut pod = ctx
+            .pod(crate::api::constants::ReplicaType::Worker, 0)
+            .unwrap();
         pod.metadata.uid = Some("p1".into());
         pod
     }

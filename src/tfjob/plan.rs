@@ -31,10 +31,11 @@ use k8s_openapi::api::core::v1::Service;
 use super::cached::{CachedPod, CachedService};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::api::constants::ReplicaType;
 use crate::api::constants::{DEFAULT_CONTAINER_NAME, condition, event, reason};
 use crate::api::defaults::{JobSpec, is_managed_here, normalize};
-use crate::api::{
-    CleanPodPolicy, ReplicaStatus, ReplicaType, RestartPolicy, SuccessPolicy, TFJob, TFJobStatus,
+use crate::api::types::{
+    CleanPodPolicy, ReplicaStatus, RestartPolicy, SuccessPolicy, TFJob, TFJobStatus,
 };
 
 use super::abnormal::{Abnormal, abnormal};

@@ -14,10 +14,11 @@ use super::cached::{CachedPod, CachedService};
 use super::children::{ChildContext, owner_reference};
 use super::plan::{Action, Observed, Plan, PlanConfig, plan, succeeded_indexes};
 use super::schema::StatusSchema;
+use crate::api::constants::ReplicaType;
 use crate::api::defaults::normalize;
 use crate::api::fixtures::TfJobFixture;
-use crate::api::{
-    CleanPodPolicy, ReplicaStatus, ReplicaType, RestartPolicy, SuccessPolicy, TFJob, TFJobStatus,
+use crate::api::types::{
+    CleanPodPolicy, ReplicaStatus, RestartPolicy, SuccessPolicy, TFJob, TFJobStatus,
 };
 
 const NOW: i64 = 1_800_000_000;

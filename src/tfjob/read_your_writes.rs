@@ -2,8 +2,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::api::{TFJob, TFJobStatus};
-use crate::runtime::ObjectKey;
+use crate::api::types::{TFJob, TFJobStatus};
+use crate::runtime::cache::key::ObjectKey;
 
 /// Read-your-writes for status: the job as our last status write left it,
 /// until the informer cache catches up.
@@ -134,8 +134,8 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
-    use crate::api::TFJobStatus;
     use crate::api::fixtures::TfJobFixture;
+    use crate::api::types::TFJobStatus;
 
     fn job(rv: &str, uid: &str) -> TFJob {
         let mut j = TfJobFixture::new("j").workers(1).uid(uid).build();

@@ -19,15 +19,17 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions
 use kube::{Client, Resource};
 use tracing::Instrument;
 
-use crate::api::TFJob;
 use crate::api::constants::event;
 use crate::api::defaults::normalize;
+use crate::api::types::TFJob;
+use crate::runtime::cache::key::ObjectKey;
+use crate::runtime::cache::object::Object;
+use crate::runtime::cache::store::{CONTROLLER_UID_INDEX, Indexer};
 use crate::runtime::client::span_status::write_span;
 use crate::runtime::client::unread;
+use crate::runtime::controller::expectations::{EXPECTATIONS_TTL, Expectations};
+use crate::runtime::controller::ownership::{adopt, claim, release};
 use crate::runtime::events::EventRecorder;
-use crate::runtime::expectations::{EXPECTATIONS_TTL, Expectations};
-use crate::runtime::ownership::{adopt, claim, release};
-use crate::runtime::{CONTROLLER_UID_INDEX, Indexer, Object, ObjectKey};
 
 use super::bookkeeping::{ANNOTATION as BOOKKEEPING_ANNOTATION, Bookkeeping};
 use super::cached::{CachedPod, CachedService};
@@ -340,7 +342,7 @@ impl TfJobReconciler {
 
     /// The job's children: those it controls whose labels still match, plus
     /// matching orphans it adopts; children relabelled away are released
-    /// (kubernetes/kubernetes' `ControllerRefManager`, see [`crate::runtime::ownership`]).
+    /// (kubernetes/kubernetes' `ControllerRefManager`, see [`crate::runtime::controller::ownership`]).
     async fn claim_children<K: Object + Resource<Scope = k8s_openapi::NamespaceResourceScope>>(
         &self,
         job: &Arc<TFJob>,
@@ -822,10 +824,10 @@ fn re_creates_children(job: &TFJob, plan: &Plan) -> bool {
 
 fn log_state_change(
     key: &ObjectKey,
-    old: Option<&crate::api::TFJobStatus>,
-    new: &crate::api::TFJobStatus,
+    old: Option<&crate::api::types::TFJobStatus>,
+    new: &crate::api::types::TFJobStatus,
 ) {
-    let state = |s: &crate::api::TFJobStatus| {
+    let state = |s: &crate::api::types::TFJobStatus| {
         s.conditions
             .last()
             .map(|c| (c.type_.clone(), c.status.clone()))

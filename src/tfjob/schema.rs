@@ -23,7 +23,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::{Api, Client};
 
-use crate::api::TFJobStatus;
+use crate::api::types::TFJobStatus;
 
 /// The TFJob CRD's name.
 pub const CRD_NAME: &str = "tfjobs.kubeflow.org";
@@ -115,7 +115,7 @@ fn keeps_our_fields(status: &JSONSchemaProps) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::ReplicaStatus;
+    use crate::api::types::ReplicaStatus;
 
     #[test]
     fn our_crd_is_recognised_as_ours() {

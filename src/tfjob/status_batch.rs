@@ -15,8 +15,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::api::constants::condition;
-use crate::api::{TFJob, TFJobStatus};
-use crate::runtime::ObjectKey;
+use crate::api::types::{TFJob, TFJobStatus};
+use crate::runtime::cache::key::ObjectKey;
 
 /// How long a status change that nobody waits for may wait for others to
 /// join it (the Job controller's batch period).
@@ -174,7 +174,7 @@ fn all_replicas_up(job: &TFJob, status: &TFJobStatus) -> bool {
 mod tests {
     use super::*;
     use crate::api::fixtures::TfJobFixture;
-    use crate::api::{JobCondition, ReplicaStatus};
+    use crate::api::types::{JobCondition, ReplicaStatus};
 
     /// A job of 1 Chief, 1 PS and 2 Workers, stored with `status`.
     fn stored(status: Option<TFJobStatus>) -> TFJob {

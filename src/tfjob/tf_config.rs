@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::api::ReplicaType;
+use crate::api::constants::ReplicaType;
 use crate::api::defaults::JobSpec;
 
 /// The name of a replica's Pod and Service: `{job}-{type}-{index}`.

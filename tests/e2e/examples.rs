@@ -21,8 +21,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use tfjob_operator::api::TFJob;
 use tfjob_operator::api::constants::LABEL_JOB_NAME;
+use tfjob_operator::api::types::TFJob;
 use tokio::time::Instant;
 
 use crate::operator::{Operator, ensure_crd};
@@ -62,7 +62,10 @@ pub fn apply_example(ns: &str, file: &str) {
 }
 
 /// The status condition `type_` of the job, if the job exists and has one.
-fn condition<'a>(job: &'a TFJob, type_: &str) -> Option<&'a tfjob_operator::api::JobCondition> {
+fn condition<'a>(
+    job: &'a TFJob,
+    type_: &str,
+) -> Option<&'a tfjob_operator::api::types::JobCondition> {
     job.status
         .as_ref()?
         .conditions
@@ -377,7 +380,10 @@ async fn exit_code_job_recreates_a_worker_killed_with_137_and_still_succeeds() {
     wait_condition(&client, &ns, "exit-code", "Succeeded", "True").await;
 }
 
-fn condition_is_not_true(conditions: &[tfjob_operator::api::JobCondition], type_: &str) -> bool {
+fn condition_is_not_true(
+    conditions: &[tfjob_operator::api::types::JobCondition],
+    type_: &str,
+) -> bool {
     conditions
         .iter()
         .all(|c| c.type_ != type_ || c.status != "True")

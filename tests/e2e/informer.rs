@@ -21,11 +21,12 @@ use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchParams};
-use tfjob_operator::runtime::informer::InformerConfig;
-use tfjob_operator::runtime::reflector::{ApiListWatch, ListWatch, RawList, RawWatchStream};
-use tfjob_operator::runtime::{
-    DeletedObject, EventHandler, InformerFactory, SharedInformer, WatchConfig,
-};
+use tfjob_operator::runtime::cache::delta_fifo::DeletedObject;
+use tfjob_operator::runtime::cache::factory::{InformerFactory, WatchConfig};
+use tfjob_operator::runtime::cache::informer::InformerConfig;
+use tfjob_operator::runtime::cache::informer::{EventHandler, SharedInformer};
+use tfjob_operator::runtime::cache::reflector::framing::{RawList, RawWatchStream};
+use tfjob_operator::runtime::cache::reflector::list_watch::{ApiListWatch, ListWatch};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -412,7 +413,7 @@ fn bare_pod(name: &str) -> k8s_openapi::api::core::v1::Pod {
 #[ignore = "needs the local control plane: make e2e"]
 async fn a_factory_transform_drops_the_field_from_the_cache_only() {
     use k8s_openapi::api::core::v1::Pod;
-    use tfjob_operator::runtime::Transform;
+    use tfjob_operator::runtime::cache::reflector::Transform;
 
     let _cluster = support::shared_cluster().await;
     let client = support::client().await;
@@ -453,7 +454,10 @@ async fn a_factory_transform_drops_the_field_from_the_cache_only() {
         async move {
             informer
                 .indexer()
-                .get(&tfjob_operator::runtime::ObjectKey::new(Some(&ns), name))
+                .get(&tfjob_operator::runtime::cache::key::ObjectKey::new(
+                    Some(&ns),
+                    name,
+                ))
         }
     };
     for name in ["listed", "watched"] {
@@ -472,7 +476,10 @@ async fn a_factory_transform_drops_the_field_from_the_cache_only() {
     }
     let cm = cm_informer
         .indexer()
-        .get(&tfjob_operator::runtime::ObjectKey::new(Some(&ns), "kept"))
+        .get(&tfjob_operator::runtime::cache::key::ObjectKey::new(
+            Some(&ns),
+            "kept",
+        ))
         .expect("the ConfigMap is cached");
     assert_eq!(
         cm.data

@@ -18,8 +18,8 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use tfjob_operator::api::TFJob;
 use tfjob_operator::api::fixtures::TfJobFixture;
+use tfjob_operator::api::types::TFJob;
 
 use crate::operator::{CrdFlavor, Operator, crd_flavor, ensure_crd};
 use crate::support::{client, drive_pod_exit, shared_cluster, test_namespace, wait_until};
@@ -331,7 +331,7 @@ async fn kubeflow_crd_exit_code_restarts_count_against_the_backoff_limit() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let job = TfJobFixture::new("b")
         .workers(2)
-        .restart_policy(tfjob_operator::api::RestartPolicy::ExitCode)
+        .restart_policy(tfjob_operator::api::types::RestartPolicy::ExitCode)
         .backoff_limit(1)
         .namespace(&ns)
         .build();

@@ -28,8 +28,8 @@ use kube::api::{
 };
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use tfjob_operator::api::TFJob;
 use tfjob_operator::api::fixtures::TfJobFixture;
+use tfjob_operator::api::types::TFJob;
 
 use crate::operator::{Operator, ensure_crd, http_get};
 use crate::support::{

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use tfjob_operator::api::fixtures::TfJobFixture;
-use tfjob_operator::api::{RestartPolicy, TFJob};
+use tfjob_operator::api::types::{RestartPolicy, TFJob};
 
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{client, random_suffix, shared_cluster, test_namespace, wait_until};

@@ -24,7 +24,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::Value;
 use tfjob_operator::api::fixtures::TfJobFixture;
-use tfjob_operator::api::{RestartPolicy, TFJob};
+use tfjob_operator::api::types::{RestartPolicy, TFJob};
 
 use crate::operator::{Operator, ensure_crd};
 use crate::prometheus::{JOB, Prometheus, RULES, url_encode};

@@ -1,6 +1,6 @@
 //! Protobuf lists and watches decode to exactly what JSON decodes to.
 //!
-//! The informers of built-in kinds read protobuf (`runtime::protobuf`): the
+//! The informers of built-in kinds read protobuf (`runtime::client::protobuf`): the
 //! decoder presents protobuf bytes to k8s-openapi's types as if they were
 //! JSON, guided by tables generated from the Go types. These tests hold it
 //! to the only standard that matters — the real API server's JSON for the
@@ -19,8 +19,9 @@ use k8s_openapi::api::core::v1::{
 use kube::api::{Api, ListParams, PostParams, WatchParams};
 use kube::core::WatchEvent;
 use serde_json::json;
-use tfjob_operator::runtime::Object;
-use tfjob_operator::runtime::reflector::{ApiListWatch, ListWatch, RawObject};
+use tfjob_operator::runtime::cache::object::Object;
+use tfjob_operator::runtime::cache::reflector::list_watch::{ApiListWatch, ListWatch};
+use tfjob_operator::runtime::cache::reflector::raw::RawObject;
 
 use crate::support;
 
@@ -334,8 +335,8 @@ async fn protobuf_watch_events_decode_exactly_like_json() {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn a_server_answering_json_to_a_protobuf_request_is_read_as_json() {
-    use tfjob_operator::api::TFJob;
-    use tfjob_operator::runtime::protobuf::{ProtobufKind, schema::Message};
+    use tfjob_operator::api::types::TFJob;
+    use tfjob_operator::runtime::client::protobuf::schema::{Message, ProtobufKind};
     let _guard = support::shared_cluster().await;
     let client = support::client().await;
     let ns = support::test_namespace(&client, "proto-json").await;

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use tfjob_operator::api::fixtures::TfJobFixture;
-use tfjob_operator::api::{CleanPodPolicy, RestartPolicy, TFJob};
+use tfjob_operator::api::types::{CleanPodPolicy, RestartPolicy, TFJob};
 
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{

@@ -362,8 +362,8 @@ async fn a_sigtermed_leader_finishes_its_work_releases_the_lease_and_the_standby
 #[tokio::test]
 #[ignore = "needs the local control plane: make test-faults"]
 async fn a_standby_takes_a_released_lease_when_it_sees_the_release_not_at_its_next_poll() {
-    use tfjob_operator::runtime::leader_election::{LeaderElectionConfig, LeaderElector};
-    use tfjob_operator::runtime::metrics::new_registry;
+    use tfjob_operator::observability::metrics::new_registry;
+    use tfjob_operator::runtime::manager::leader_election::{LeaderElectionConfig, LeaderElector};
     use tokio_util::sync::CancellationToken;
 
     let client = client().await;

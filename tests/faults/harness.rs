@@ -16,8 +16,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use tfjob_operator::api::TFJob;
 use tfjob_operator::api::fixtures::TfJobFixture;
+use tfjob_operator::api::types::TFJob;
 use tokio::sync::OnceCell;
 
 use crate::operator::Operator;

@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, ResourceExt};
 use tfjob_operator::api::fixtures::TfJobFixture;
-use tfjob_operator::api::{RestartPolicy, TFJob};
+use tfjob_operator::api::types::{RestartPolicy, TFJob};
 
 use crate::audit;
 use crate::harness::{Cleanup, Supervised, create_job, full, identity, jobs, report, running};

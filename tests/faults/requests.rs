@@ -13,8 +13,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tfjob_operator::api::RestartPolicy;
 use tfjob_operator::api::fixtures::TfJobFixture;
+use tfjob_operator::api::types::RestartPolicy;
 
 use crate::audit::{self, AuditEvent};
 use crate::harness::{

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, ResourceExt};
-use tfjob_operator::api::RestartPolicy;
 use tfjob_operator::api::fixtures::TfJobFixture;
+use tfjob_operator::api::types::RestartPolicy;
 
 use crate::audit;
 use crate::harness::{

@@ -28,7 +28,7 @@ use kube::Client;
 use rand::Rng;
 use rand::rngs::StdRng;
 use tfjob_operator::api::fixtures::TfJobFixture;
-use tfjob_operator::api::{RestartPolicy, TFJob};
+use tfjob_operator::api::types::{RestartPolicy, TFJob};
 use tokio::sync::Notify;
 
 use crate::harness::{create_job, end_pod, wait_finished};

@@ -16,7 +16,7 @@
 //! stays one. So do TokenReviews and SubjectAccessReviews
 //! (`authentication.k8s.io`, `authorization.k8s.io`): POSTs that store
 //! nothing, which every replica, leader or not, sends to guard its `/metrics`
-//! (`runtime::metrics_auth`). The elector grants the fence on every successful acquire or
+//! (`observability::metrics_auth`). The elector grants the fence on every successful acquire or
 //! renew ([`WriteFence::grant_until`]) and revokes it when it steps down.
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};

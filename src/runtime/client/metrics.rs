@@ -26,7 +26,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
-use crate::runtime::metrics::SharedRegistry;
+use crate::observability::metrics::SharedRegistry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
@@ -156,7 +156,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::runtime::metrics::{encode, new_registry};
+    use crate::observability::metrics::{encode, new_registry};
 
     #[tokio::test(start_paused = true)]
     async fn requests_are_counted_by_code_and_method_and_timed_by_verb() {

@@ -1,7 +1,7 @@
 //! How many requests the client sends at once while the API server refuses
 //! some with 429: an additive-increase, multiplicative-decrease window, as
 //! TCP's congestion window. client-go has no counterpart (its answer is a
-//! fixed client-side QPS, `client.rs` here, off by default as in
+//! fixed client-side QPS, `rate_limit.rs` here, off by default as in
 //! controller-runtime); this is what lets us rely on API Priority and
 //! Fairness instead without collapsing under it.
 //!
@@ -34,7 +34,7 @@ use http::StatusCode;
 use tokio::sync::Notify;
 use tower::{Layer, Service};
 
-use super::is_watch;
+use super::timeout::is_watch;
 
 /// The window's start and cap: far above what one operator sends at once, so
 /// it never limits anything until the server refuses.

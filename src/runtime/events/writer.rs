@@ -397,11 +397,11 @@ mod tests {
         sink: Arc<MemorySink>,
         events: Vec<EventRecord>,
     ) -> (
-        crate::runtime::metrics::SharedRegistry,
+        crate::observability::metrics::SharedRegistry,
         mpsc::Sender<EventRecord>,
         tokio_util::sync::DropGuard,
     ) {
-        let registry = crate::runtime::metrics::new_registry();
+        let registry = crate::observability::metrics::new_registry();
         let metrics = EventMetrics::register(&registry);
         let (tx, rx) = mpsc::channel(1000);
         for e in events {
@@ -437,7 +437,7 @@ mod tests {
             .filter(|(ns, ..)| ns == "dead")
             .count();
         assert_eq!(dead_attempts, 10, "a 404 is final: one attempt per event");
-        let text = crate::runtime::metrics::encode(&registry);
+        let text = crate::observability::metrics::encode(&registry);
         assert!(text.contains("events_write_failures_total 10"), "{text}");
     }
 
@@ -467,7 +467,7 @@ mod tests {
         assert_eq!(when("b"), Some(Duration::ZERO));
         // Third attempt, after two pauses.
         assert_eq!(when("f"), Some(2 * WRITE_RETRY_PAUSE));
-        let text = crate::runtime::metrics::encode(&registry);
+        let text = crate::observability::metrics::encode(&registry);
         assert!(text.contains("events_write_failures_total 0"), "{text}");
     }
 
@@ -521,7 +521,7 @@ mod tests {
     async fn the_flush_at_shutdown_also_writes_several_objects_at_a_time() {
         let write_takes = Duration::from_millis(100);
         let sink = Arc::new(MemorySink::slow(write_takes));
-        let registry = crate::runtime::metrics::new_registry();
+        let registry = crate::observability::metrics::new_registry();
         let (tx, rx) = mpsc::channel(1000);
         for i in 0..16 {
             tx.try_send(event_in("live", &format!("job{i}"))).unwrap();

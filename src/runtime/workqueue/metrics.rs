@@ -29,7 +29,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 
-use crate::runtime::metrics::SharedRegistry;
+use crate::observability::metrics::SharedRegistry;
 
 /// The labels every workqueue series carries.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -270,7 +270,7 @@ pub(crate) fn register_once<M: Clone + Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::metrics::{encode, new_registry};
+    use crate::observability::metrics::{encode, new_registry};
 
     #[test]
     fn families_are_registered_once_per_registry() {
@@ -295,9 +295,9 @@ mod tests {
     #[tokio::test]
     async fn every_client_go_workqueue_name_is_exposed_exactly() {
         let registry = new_registry();
-        let _q = crate::runtime::workqueue::RateLimitingQueue::<u8>::with_metrics(
+        let _q = crate::runtime::workqueue::rate_limiting::RateLimitingQueue::<u8>::with_metrics(
             "q",
-            crate::runtime::workqueue::default_controller_rate_limiter(),
+            crate::runtime::workqueue::rate_limiter::default_controller_rate_limiter(),
             &registry,
         );
         let text = encode(&registry);

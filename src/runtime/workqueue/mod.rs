@@ -1,9 +1,12 @@
-//! Work queues in the shape of client-go's `util/workqueue`.
+//! Work queues in the shape of client-go's `util/workqueue`. Chapter:
+//! `docs/06-workqueue.md`.
 //!
-//! Layered like client-go: [`Queue`] (dedup, no concurrent processing) →
-//! [`DelayingQueue`] (`add_after`) → [`RateLimitingQueue`] (`add_rate_limited`,
-//! `forget`). Controllers use the last one, keyed by
-//! [`ObjectKey`](crate::runtime::ObjectKey).
+//! Layered like client-go: [`Queue`](queue::Queue) (dedup, no concurrent
+//! processing) → [`DelayingQueue`](delaying::DelayingQueue) (`add_after`) →
+//! [`RateLimitingQueue`](rate_limiting::RateLimitingQueue)
+//! (`add_rate_limited`, `forget`), with the per-key backoff in
+//! [`rate_limiter`]. Controllers use the last one, keyed by
+//! [`ObjectKey`](crate::runtime::cache::key::ObjectKey).
 //!
 //! Queues carry keys, never objects, and never know what a key means.
 
@@ -14,14 +17,6 @@ mod model_tests;
 pub mod queue;
 pub mod rate_limiter;
 pub mod rate_limiting;
-
-pub use delaying::DelayingQueue;
-pub use metrics::WorkqueueMetrics;
-pub use queue::{Get, Queue};
-pub use rate_limiter::{
-    Bucket, ItemExponentialFailure, MaxOf, RateLimiter, default_controller_rate_limiter,
-};
-pub use rate_limiting::RateLimitingQueue;
 
 #[cfg(test)]
 mod test_support {

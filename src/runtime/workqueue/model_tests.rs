@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use proptest::prelude::*;
 
-use super::RateLimitingQueue;
+use super::rate_limiting::RateLimitingQueue;
 
 const WORKERS: usize = 4;
 

@@ -634,8 +634,8 @@ mod tests {
     use futures::FutureExt;
 
     use super::*;
-    use crate::runtime::metrics::{encode, new_registry};
-    use crate::runtime::workqueue::WorkqueueMetrics;
+    use crate::observability::metrics::{encode, new_registry};
+    use crate::runtime::workqueue::metrics::WorkqueueMetrics;
 
     fn now_or_never<F: std::future::Future>(f: F) -> Option<F::Output> {
         f.now_or_never()

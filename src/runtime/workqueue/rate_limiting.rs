@@ -15,7 +15,7 @@ use super::delaying::DelayingQueue;
 use super::metrics::{QueueMetrics, WorkqueueMetrics};
 use super::queue::Get;
 use super::rate_limiter::{RateLimiter, default_controller_rate_limiter};
-use crate::runtime::metrics::SharedRegistry;
+use crate::observability::metrics::SharedRegistry;
 
 /// A rate-limited, delaying work queue. A cheap `Clone` handle.
 pub struct RateLimitingQueue<T> {
@@ -151,8 +151,8 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> RateLimitingQueue<T> {
 mod tests {
     use super::super::test_support::advance;
     use super::*;
-    use crate::runtime::metrics::{encode, new_registry};
-    use crate::runtime::workqueue::ItemExponentialFailure;
+    use crate::observability::metrics::{encode, new_registry};
+    use crate::runtime::workqueue::rate_limiter::ItemExponentialFailure;
 
     #[tokio::test(start_paused = true)]
     async fn rate_limited_adds_back_off_exponentially_until_forgotten() {
@@ -195,7 +195,7 @@ mod tests {
         let registry = new_registry();
         let q = RateLimitingQueue::with_metrics(
             "tfjob",
-            crate::runtime::workqueue::default_controller_rate_limiter(),
+            crate::runtime::workqueue::rate_limiter::default_controller_rate_limiter(),
             &registry,
         );
         q.add_rate_limited("a".to_owned());

@@ -17,8 +17,8 @@ use std::time::Duration;
 use kube::api::{Api, PostParams};
 use serde::Deserialize;
 use serde_json::Value;
-use tfjob_operator::api::TFJob;
 use tfjob_operator::api::fixtures::TfJobFixture;
+use tfjob_operator::api::types::TFJob;
 
 use crate::operator::{Operator, ensure_crd, http_get};
 use crate::prometheus::url_encode;

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use kube::api::Api;
-use tfjob_operator::api::TFJob;
+use tfjob_operator::api::types::TFJob;
 
 use super::{Jaeger, SLOW, chart_deployment, create_job, wait_running};
 use crate::operator::{Operator, ensure_crd};

@@ -4,7 +4,7 @@
 //! system's roots cannot verify the collector, says so in its log, and goes
 //! on reconciling: tracing never stops the controller.
 use kube::api::Api;
-use tfjob_operator::api::TFJob;
+use tfjob_operator::api::types::TFJob;
 
 use super::{Jaeger, SLOW, chart_deployment, create_job, wait_running};
 use crate::certs;

@@ -1,0 +1,1138 @@
+//! The controller: watches feed a queue, workers drain it into `reconcile`.
+//!
+//! This folder mirrors controller-runtime's `pkg/controller`, `pkg/builder`
+//! and `pkg/handler`: the controller and its builder here, the
+//! [`handler`]s that turn informer events into queue keys, and the two safety
+//! nets that keep a reconcile correct while its cache lags: [`expectations`]
+//! (k/k `controller_utils.go`) and [`ownership`] (`controller_ref_manager.go`).
+//! Chapters: `docs/05-event-handlers.md`, `docs/07-workers.md`,
+//! `docs/09-builder.md`, `docs/12-expectations.md`,
+//! `docs/13-ownership-and-gc.md`.
+//!
+//! Mirrors controller-runtime `pkg/builder/controller.go` (the builder:
+//! `For`, `Owns`, `Watches`, `WithEventFilter`, plus the `Channel` source as
+//! `watches_channel` and [`Controller::queue`]) and
+//! `pkg/internal/controller/controller.go` (`Start`, `processNextWorkItem`,
+//! `reconcileHandler`), in the lifecycle order sample-controller reads in:
+//! build → run (register handlers, wait for caches, start workers) → worker
+//! loop → what each reconcile result does to the key.
+//!
+//! The result rules are controller-runtime's:
+//! - `Ok(Action::Done)`: `forget` (the key's backoff resets);
+//! - `Ok(Action::RequeueAfter(d))`: `forget`, then `add_after(d)`;
+//! - `Err(e)`: `add_rate_limited` (per-key exponential backoff);
+//! - `Err(e)` with `e.is_terminal()`: `forget`, never retried, but counted;
+//! - a panic: caught, counted, and retried like an error. The worker lives.
+//!
+//! A controller never reads objects itself and never knows what a key means:
+//! the [`Reconciler`] does. It must never run one key on two workers (the
+//! queue guarantees it) nor drop a key it was handed without `done`.
+pub mod expectations;
+pub mod handler;
+pub mod ownership;
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt, Stream, StreamExt};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::cache::informer::SharedInformer;
+use super::cache::key::ObjectKey;
+use super::cache::object::Object;
+use super::workqueue::metrics::register_once;
+use super::workqueue::rate_limiter::{RateLimiter, default_controller_rate_limiter};
+use super::workqueue::rate_limiting::RateLimitingQueue;
+use crate::observability::metrics::SharedRegistry;
+use handler::{EnqueueHandler, OwnerType, Predicate};
+
+/// What to do with a key after a successful reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing more until the next event.
+    Done,
+    /// Reconcile again after this long (deadlines, polling), even without events.
+    RequeueAfter(Duration),
+}
+
+/// The error a reconciler returns.
+pub trait ReconcileError: std::error::Error + Send + Sync + 'static {
+    /// A terminal error will not get better by retrying (a bad spec): the key
+    /// is forgotten and only a new event brings it back.
+    fn is_terminal(&self) -> bool {
+        false
+    }
+    /// A stable, low-cardinality name for logs and metric labels.
+    fn category(&self) -> &'static str {
+        "reconcile"
+    }
+}
+
+/// Brings the world in line with one object's spec (controller-runtime `Reconciler`).
+///
+/// Called with the key only: read the newest object from the cache. Must be
+/// idempotent (the same key may be reconciled again at any time) and never
+/// runs concurrently for the same key.
+pub trait Reconciler: Send + Sync + 'static {
+    type Error: ReconcileError;
+
+    fn reconcile(&self, key: ObjectKey)
+    -> impl Future<Output = Result<Action, Self::Error>> + Send;
+}
+
+/// Errors building or running a controller.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error("failed to build controller {0}: owns() needs for_informer() to name the owner kind")]
+    OwnsWithoutFor(String),
+    #[error("failed to build controller {0}: workers must be at least 1")]
+    NoWorkers(String),
+    #[error("failed to start controller {0}: caches did not sync within {1:?}")]
+    CacheSyncTimeout(String, Duration),
+}
+
+/// Registers one watch's handler on its informer, given the queue, the
+/// global event filters and the primary kind (for `owns`).
+type Register =
+    Box<dyn FnOnce(&RateLimitingQueue<ObjectKey>, &[Arc<dyn Predicate>], &OwnerType) + Send>;
+
+/// Waits until one watched informer has synced.
+type WaitForSync = Box<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
+
+struct Source {
+    register: Register,
+    wait_for_sync: WaitForSync,
+}
+
+fn source<K: Object>(informer: &SharedInformer<K>, register: Register) -> Source {
+    let informer = informer.clone();
+    Source {
+        register,
+        wait_for_sync: Box::new(move || {
+            let informer = informer.clone();
+            Box::pin(async move { informer.wait_for_sync().await })
+        }),
+    }
+}
+
+/// Builds a [`Controller`]; start with [`Controller::builder`].
+pub struct ControllerBuilder {
+    name: String,
+    primary: Option<OwnerType>,
+    sources: Vec<Source>,
+    channels: Vec<BoxStream<'static, ObjectKey>>,
+    needs_primary: bool,
+    filters: Vec<Arc<dyn Predicate>>,
+    workers: usize,
+    registry: Option<SharedRegistry>,
+    rate_limiter: Option<Box<dyn RateLimiter<ObjectKey>>>,
+    cache_sync_timeout: Duration,
+}
+
+impl ControllerBuilder {
+    /// The primary kind: its own events enqueue its own key (`For`).
+    pub fn for_informer<K: Object>(mut self, informer: &SharedInformer<K>) -> Self
+    where
+        K::Scope: 'static,
+    {
+        self.primary = Some(OwnerType::of::<K>());
+        let register: Register = Box::new({
+            let informer = informer.clone();
+            move |queue, filters, _| {
+                let handler = EnqueueHandler::<K>::for_object(queue.clone())
+                    .with_predicates(filters.to_vec());
+                informer.add_event_handler(Arc::new(handler));
+            }
+        });
+        self.sources.push(source(informer, register));
+        self
+    }
+
+    /// A child kind: its events enqueue the key of its controller owner, if
+    /// that owner is of the primary kind (`Owns`, controller owner only).
+    pub fn owns<K: Object>(mut self, informer: &SharedInformer<K>) -> Self {
+        self.needs_primary = true;
+        let register: Register = Box::new({
+            let informer = informer.clone();
+            move |queue, filters, owner| {
+                let handler =
+                    EnqueueHandler::<K>::for_controller_owner(queue.clone(), owner.clone())
+                        .with_predicates(filters.to_vec());
+                informer.add_event_handler(Arc::new(handler));
+            }
+        });
+        self.sources.push(source(informer, register));
+        self
+    }
+
+    /// Any kind, mapped to the keys it concerns (`Watches` + `EnqueueRequestsFromMapFunc`).
+    pub fn watches<K: Object>(
+        mut self,
+        informer: &SharedInformer<K>,
+        map: impl Fn(&K) -> Vec<ObjectKey> + Send + Sync + 'static,
+    ) -> Self {
+        let register: Register = Box::new({
+            let informer = informer.clone();
+            move |queue, filters, _| {
+                let handler = EnqueueHandler::<K>::mapped(queue.clone(), map)
+                    .with_predicates(filters.to_vec());
+                informer.add_event_handler(Arc::new(handler));
+            }
+        });
+        self.sources.push(source(informer, register));
+        self
+    }
+
+    /// External triggers (controller-runtime's `Channel` source): every key
+    /// the stream yields is added to the queue once the workers run. Event
+    /// filters do not apply (there is no object to look at). For one-off
+    /// triggers, [`Controller::queue`] works too.
+    pub fn watches_channel(mut self, keys: impl Stream<Item = ObjectKey> + Send + 'static) -> Self {
+        self.channels.push(keys.boxed());
+        self
+    }
+
+    /// A filter applied to the events of every watch (`WithEventFilter`).
+    pub fn with_event_filter(mut self, predicate: impl Predicate) -> Self {
+        self.filters.push(Arc::new(predicate));
+        self
+    }
+
+    /// How many keys may be reconciled at once (`MaxConcurrentReconciles`; default 1).
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = n;
+        self
+    }
+
+    /// Where the `controller_runtime_*` and `workqueue_*` metrics go.
+    pub fn registry(mut self, registry: &SharedRegistry) -> Self {
+        self.registry = Some(Arc::clone(registry));
+        self
+    }
+
+    /// Replaces client-go's default controller rate limiter.
+    pub fn rate_limiter(mut self, limiter: impl RateLimiter<ObjectKey>) -> Self {
+        self.rate_limiter = Some(Box::new(limiter));
+        self
+    }
+
+    /// How long `run` waits for the informers to sync (default 2 min).
+    pub fn cache_sync_timeout(mut self, timeout: Duration) -> Self {
+        self.cache_sync_timeout = timeout;
+        self
+    }
+
+    /// The controller, ready to [`run`](Controller::run).
+    pub fn build<R: Reconciler>(self, reconciler: R) -> Result<Controller<R>, ControllerError> {
+        if self.workers == 0 {
+            return Err(ControllerError::NoWorkers(self.name));
+        }
+        let primary = match (self.primary, self.needs_primary) {
+            (Some(p), _) => p,
+            (None, true) => return Err(ControllerError::OwnsWithoutFor(self.name)),
+            // No primary and no owns(): only mapped watches or external
+            // triggers feed this controller, so no owner type is ever used.
+            (None, false) => OwnerType::new("", "", false),
+        };
+        let limiter = self
+            .rate_limiter
+            .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
+        let queue = match &self.registry {
+            Some(registry) => RateLimitingQueue::with_metrics(&self.name, limiter, registry),
+            None => RateLimitingQueue::new(limiter),
+        };
+        let metrics = ControllerMetrics::new(self.registry.as_ref(), &self.name);
+        Ok(Controller {
+            inner: Arc::new(Inner {
+                name: self.name,
+                queue,
+                reconciler,
+                metrics,
+                next_id: AtomicU64::new(1),
+            }),
+            primary,
+            sources: self.sources,
+            channels: self.channels,
+            filters: self.filters,
+            workers: self.workers,
+            cache_sync_timeout: self.cache_sync_timeout,
+        })
+    }
+}
+
+impl Controller<()> {
+    /// Starts building a controller called `name` (the `controller` label of
+    /// its metrics and the `name` of its queue's).
+    pub fn builder(name: &str) -> ControllerBuilder {
+        ControllerBuilder {
+            name: name.to_owned(),
+            primary: None,
+            sources: Vec::new(),
+            channels: Vec::new(),
+            needs_primary: false,
+            filters: Vec::new(),
+            workers: 1,
+            registry: None,
+            rate_limiter: None,
+            cache_sync_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// A controller: its queue, its watches and its reconciler.
+pub struct Controller<R> {
+    inner: Arc<Inner<R>>,
+    primary: OwnerType,
+    sources: Vec<Source>,
+    channels: Vec<BoxStream<'static, ObjectKey>>,
+    filters: Vec<Arc<dyn Predicate>>,
+    workers: usize,
+    cache_sync_timeout: Duration,
+}
+
+/// What the workers share.
+struct Inner<R> {
+    name: String,
+    queue: RateLimitingQueue<ObjectKey>,
+    reconciler: R,
+    metrics: ControllerMetrics,
+    /// Numbers reconciles in logs, like controller-runtime's reconcileID.
+    next_id: AtomicU64,
+}
+
+impl<R: Reconciler> Controller<R> {
+    /// The controller's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The queue, for external triggers (controller-runtime's `Channel`
+    /// source): anything may `add` a key and it is reconciled like any other.
+    pub fn queue(&self) -> RateLimitingQueue<ObjectKey> {
+        self.inner.queue.clone()
+    }
+
+    /// Registers the handlers, waits for every watched cache to sync, runs
+    /// the workers until `shutdown`, then drains: reconciles in flight
+    /// finish, nothing new starts. Returns once every worker has stopped.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), ControllerError> {
+        let Controller {
+            inner,
+            primary,
+            sources,
+            channels,
+            filters,
+            workers,
+            cache_sync_timeout,
+        } = self;
+        let mut waits = Vec::with_capacity(sources.len());
+        for source in sources {
+            (source.register)(&inner.queue, &filters, &primary);
+            waits.push(source.wait_for_sync);
+        }
+        let synced = futures::future::join_all(waits.iter().map(|wait| wait()));
+        tokio::select! {
+            () = shutdown.cancelled() => {
+                inner.queue.shut_down();
+                return Ok(());
+            }
+            res = tokio::time::timeout(cache_sync_timeout, synced) => {
+                if res.is_err() {
+                    inner.queue.shut_down();
+                    return Err(ControllerError::CacheSyncTimeout(inner.name.clone(), cache_sync_timeout));
+                }
+            }
+        }
+        tracing::info!(controller = %inner.name, workers, "starting workers");
+        inner
+            .metrics
+            .max_concurrent
+            .set(i64::try_from(workers).unwrap_or(i64::MAX));
+        let mut forwarders = JoinSet::new();
+        for mut keys in channels {
+            let queue = inner.queue.clone();
+            forwarders.spawn(async move {
+                while let Some(key) = keys.next().await {
+                    queue.add(key);
+                }
+            });
+        }
+        let mut tasks = JoinSet::new();
+        for _ in 0..workers {
+            let inner = Arc::clone(&inner);
+            tasks.spawn(async move { while inner.process_next_work_item().await {} });
+        }
+        shutdown.cancelled().await;
+        // Forwarders only move keys into a queue that is about to refuse them.
+        forwarders.abort_all();
+        tracing::info!(controller = %inner.name, "shutdown signal received, waiting for reconciles in flight");
+        inner.queue.shut_down_with_drain().await;
+        while tasks.join_next().await.is_some() {}
+        tracing::info!(controller = %inner.name, "all workers finished");
+        Ok(())
+    }
+}
+
+impl<R: Reconciler> Inner<R> {
+    /// One turn of a worker: take a key, reconcile it, mark it done.
+    /// Returns false once the queue is shut down.
+    async fn process_next_work_item(&self) -> bool {
+        let Some(key) = self.queue.get().await else {
+            return false;
+        };
+        // `depth`: keys still ready in the queue behind this one.
+        tracing::debug!(target: "pipeline", stage = "5 worker", controller = %self.name, key = %key, depth = self.queue.len(), "key taken from the workqueue: reconciling");
+        self.metrics.active_workers.inc();
+        self.reconcile_handler(&key).await;
+        self.metrics.active_workers.dec();
+        // Only now may another worker take this key (if it was re-added).
+        self.queue.done(&key);
+        true
+    }
+
+    /// Runs one reconcile and applies the result rules from the module docs.
+    async fn reconcile_handler(&self, key: &ObjectKey) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        // controller-runtime's log keys, so JSON logs read like a Go controller's.
+        // No parent: each reconcile is a trace of its own (observability::otlp).
+        let span = tracing::info_span!(parent: None, "reconcile", controller = %self.name, namespace = key.namespace().unwrap_or_default(), name = key.name(), reconcileID = id, otel.status_code = tracing::field::Empty);
+        let start = Instant::now();
+        // A panic must not take the worker (or the process) down with it.
+        let result = AssertUnwindSafe(self.reconciler.reconcile(key.clone()))
+            .catch_unwind()
+            .instrument(span.clone())
+            .await;
+        self.metrics
+            .reconcile_time
+            .observe(start.elapsed().as_secs_f64());
+        let _entered = span.enter();
+        tracing::debug!(target: "pipeline", stage = "7 worker", key = %key, result = ?result.as_ref().map(|r| r.as_ref().map_err(|e| e.category())).ok(), elapsed = ?start.elapsed(), "reconcile finished");
+        let m = &self.metrics;
+        match result {
+            Ok(Ok(Action::Done)) => {
+                self.queue.forget(key);
+                m.result(ResultLabel::Success);
+            }
+            Ok(Ok(Action::RequeueAfter(after))) => {
+                // Forget first: a timed requeue is not a failure and must not
+                // inherit a backoff.
+                self.queue.forget(key);
+                self.queue.add_after(key.clone(), after);
+                m.result(ResultLabel::RequeueAfter);
+                tracing::debug!(?after, "requeue after");
+            }
+            Ok(Err(err)) if err.is_terminal() => {
+                span.record("otel.status_code", "error");
+                self.queue.forget(key);
+                m.error(err.category());
+                m.terminal_errors.inc();
+                tracing::error!(error = %err, category = err.category(), "terminal reconcile error, not retrying");
+            }
+            Ok(Err(err)) => {
+                span.record("otel.status_code", "error");
+                self.queue.add_rate_limited(key.clone());
+                m.error(err.category());
+                tracing::warn!(
+                    error = %err,
+                    category = err.category(),
+                    retries = self.queue.num_requeues(key),
+                    "reconcile failed, retrying with backoff"
+                );
+            }
+            Err(panic) => {
+                span.record("otel.status_code", "error");
+                self.queue.add_rate_limited(key.clone());
+                m.panics.inc();
+                m.error("panic");
+                let msg = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                tracing::error!(panic = %msg, "reconcile panicked, retrying with backoff");
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+enum ResultLabel {
+    Success,
+    Error,
+    RequeueAfter,
+}
+
+impl ResultLabel {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::Error => "error",
+            Self::RequeueAfter => "requeue_after",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    controller: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CategoryLabels {
+    controller: String,
+    category: &'static str,
+}
+
+type TimeFamily = Family<ControllerLabels, Histogram, fn() -> Histogram>;
+
+fn reconcile_time_histogram() -> Histogram {
+    // controller-runtime's buckets: fine below 1 s, coarse up to a minute.
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8,
+        0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0,
+        15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0,
+    ])
+}
+
+/// The `controller_runtime_*` families of one registry.
+#[derive(Clone)]
+struct ControllerFamilies {
+    total: Family<ResultLabels, Counter>,
+    errors: Family<ControllerLabels, Counter>,
+    errors_by_category: Family<CategoryLabels, Counter>,
+    terminal_errors: Family<ControllerLabels, Counter>,
+    panics: Family<ControllerLabels, Counter>,
+    time: TimeFamily,
+    active_workers: Family<ControllerLabels, Gauge>,
+    max_concurrent: Family<ControllerLabels, Gauge>,
+}
+
+impl ControllerFamilies {
+    fn new() -> Self {
+        Self {
+            total: Family::default(),
+            errors: Family::default(),
+            errors_by_category: Family::default(),
+            terminal_errors: Family::default(),
+            panics: Family::default(),
+            time: Family::new_with_constructor(reconcile_time_histogram),
+            active_workers: Family::default(),
+            max_concurrent: Family::default(),
+        }
+    }
+
+    fn register(registry: &SharedRegistry) -> Self {
+        register_once(registry, |r| {
+            let f = Self::new();
+            // prometheus-client appends `_total` to counter names.
+            r.register(
+                "controller_runtime_reconcile",
+                "Total number of reconciliations per controller",
+                f.total.clone(),
+            );
+            r.register(
+                "controller_runtime_reconcile_errors",
+                "Total number of reconciliation errors per controller",
+                f.errors.clone(),
+            );
+            r.register(
+                "tfjob_operator_reconcile_errors_by_category",
+                "Reconciliation errors per controller and error category",
+                f.errors_by_category.clone(),
+            );
+            r.register(
+                "controller_runtime_terminal_reconcile_errors",
+                "Total number of terminal reconciliation errors per controller",
+                f.terminal_errors.clone(),
+            );
+            r.register(
+                "controller_runtime_reconcile_panics",
+                "Total number of reconciliation panics per controller",
+                f.panics.clone(),
+            );
+            r.register(
+                "controller_runtime_reconcile_time_seconds",
+                "Length of time per reconciliation per controller",
+                f.time.clone(),
+            );
+            r.register(
+                "controller_runtime_active_workers",
+                "Number of currently used workers per controller",
+                f.active_workers.clone(),
+            );
+            r.register(
+                "controller_runtime_max_concurrent_reconciles",
+                "Maximum number of concurrent reconciles per controller",
+                f.max_concurrent.clone(),
+            );
+            f
+        })
+    }
+}
+
+/// One controller's metric handles.
+struct ControllerMetrics {
+    name: String,
+    families: ControllerFamilies,
+    /// reconcile_total by `ResultLabel as usize`.
+    results: [Counter; 3],
+    errors: Counter,
+    terminal_errors: Counter,
+    panics: Counter,
+    reconcile_time: Histogram,
+    active_workers: Gauge,
+    max_concurrent: Gauge,
+}
+
+impl ControllerMetrics {
+    fn new(registry: Option<&SharedRegistry>, name: &str) -> Self {
+        let families = registry.map_or_else(ControllerFamilies::new, ControllerFamilies::register);
+        let labels = ControllerLabels {
+            controller: name.to_owned(),
+        };
+        // Every result series exists from the start, so dashboards see
+        // zeros (as with controller-runtime), and counting needs no lookup.
+        let results = [
+            ResultLabel::Success,
+            ResultLabel::Error,
+            ResultLabel::RequeueAfter,
+        ]
+        .map(|r| {
+            families
+                .total
+                .get_or_create(&ResultLabels {
+                    controller: name.to_owned(),
+                    result: r.as_str(),
+                })
+                .clone()
+        });
+        let errors = families.errors.get_or_create(&labels).clone();
+        let terminal_errors = families.terminal_errors.get_or_create(&labels).clone();
+        let panics = families.panics.get_or_create(&labels).clone();
+        let reconcile_time = families.time.get_or_create(&labels).clone();
+        let active_workers = families.active_workers.get_or_create(&labels).clone();
+        let max_concurrent = families.max_concurrent.get_or_create(&labels).clone();
+        Self {
+            name: name.to_owned(),
+            families,
+            results,
+            errors,
+            terminal_errors,
+            panics,
+            reconcile_time,
+            active_workers,
+            max_concurrent,
+        }
+    }
+
+    fn result(&self, result: ResultLabel) {
+        self.results[result as usize].inc();
+    }
+
+    fn error(&self, category: &'static str) {
+        self.result(ResultLabel::Error);
+        self.errors.inc();
+        self.families
+            .errors_by_category
+            .get_or_create(&CategoryLabels {
+                controller: self.name.clone(),
+                category,
+            })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{HashMap, VecDeque};
+    use std::sync::Mutex;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+    use crate::observability::metrics::{encode, new_registry};
+    use crate::runtime::cache::informer::InformerConfig;
+    use crate::runtime::cache::reflector::raw::RawObject;
+    use crate::runtime::cache::reflector::script::{ScriptedListWatch, cm_json, page, raw};
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("scripted failure")]
+    struct TestError {
+        terminal: bool,
+    }
+
+    impl ReconcileError for TestError {
+        fn is_terminal(&self) -> bool {
+            self.terminal
+        }
+        fn category(&self) -> &'static str {
+            if self.terminal { "invalid_spec" } else { "api" }
+        }
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Step {
+        Done,
+        Requeue(Duration),
+        Fail,
+        Terminal,
+        Panic,
+        /// Take this long, then succeed.
+        Slow(Duration),
+    }
+
+    /// A reconciler that follows a per-key script (then `Done`) and records
+    /// every call with its time, and the most runs of one key at once.
+    #[derive(Clone)]
+    struct Scripted(Arc<ScriptState>);
+
+    struct ScriptState {
+        start: Instant,
+        plan: Mutex<HashMap<String, VecDeque<Step>>>,
+        calls: Mutex<Vec<(String, Duration)>>,
+        running: Mutex<HashMap<String, usize>>,
+        max_same_key: AtomicU64,
+    }
+
+    impl Scripted {
+        fn new(plan: &[(&str, &[Step])]) -> Self {
+            Self(Arc::new(ScriptState {
+                start: Instant::now(),
+                plan: Mutex::new(
+                    plan.iter()
+                        .map(|(k, steps)| ((*k).to_owned(), steps.iter().copied().collect()))
+                        .collect(),
+                ),
+                calls: Mutex::new(Vec::new()),
+                running: Mutex::new(HashMap::new()),
+                max_same_key: AtomicU64::new(0),
+            }))
+        }
+
+        fn calls(&self) -> Vec<(String, Duration)> {
+            self.0.calls.lock().unwrap().clone()
+        }
+
+        fn keys(&self) -> Vec<String> {
+            self.calls().into_iter().map(|(k, _)| k).collect()
+        }
+
+        fn times_of(&self, key: &str) -> Vec<Duration> {
+            self.calls()
+                .into_iter()
+                .filter(|(k, _)| k == key)
+                .map(|(_, t)| t)
+                .collect()
+        }
+    }
+
+    impl Reconciler for Scripted {
+        type Error = TestError;
+
+        async fn reconcile(&self, key: ObjectKey) -> Result<Action, TestError> {
+            let s = &self.0;
+            let name = key.to_string();
+            s.calls
+                .lock()
+                .unwrap()
+                .push((name.clone(), s.start.elapsed()));
+            let step = s
+                .plan
+                .lock()
+                .unwrap()
+                .get_mut(&name)
+                .and_then(VecDeque::pop_front)
+                .unwrap_or(Step::Done);
+            let now_running = {
+                let mut running = s.running.lock().unwrap();
+                let n = running.entry(name.clone()).or_default();
+                *n += 1;
+                *n as u64
+            };
+            s.max_same_key.fetch_max(now_running, Ordering::Relaxed);
+            if let Step::Slow(d) = step {
+                tokio::time::sleep(d).await;
+            }
+            *s.running.lock().unwrap().entry(name).or_default() -= 1;
+            match step {
+                Step::Done | Step::Slow(_) => Ok(Action::Done),
+                Step::Requeue(d) => Ok(Action::RequeueAfter(d)),
+                Step::Fail => Err(TestError { terminal: false }),
+                Step::Terminal => Err(TestError { terminal: true }),
+                Step::Panic => panic!("reconcile bug"),
+            }
+        }
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new(Some("ns"), name)
+    }
+
+    struct Running {
+        shutdown: CancellationToken,
+        handle: tokio::task::JoinHandle<Result<(), ControllerError>>,
+    }
+
+    fn start<R: Reconciler>(c: Controller<R>) -> Running {
+        let shutdown = CancellationToken::new();
+        let handle = tokio::spawn(c.run(shutdown.clone()));
+        Running { shutdown, handle }
+    }
+
+    async fn sleep_ms(ms: u64) {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_successful_reconcile_forgets_the_key_and_counts_a_success() {
+        let registry = new_registry();
+        let rec = Scripted::new(&[]);
+        let c = Controller::builder("test")
+            .registry(&registry)
+            .build(rec.clone())
+            .unwrap();
+        let q = c.queue();
+        let _run = start(c);
+        q.add(key("a"));
+        sleep_ms(1).await;
+        assert_eq!(rec.keys(), ["ns/a"]);
+        assert_eq!(q.num_requeues(&key("a")), 0);
+        let text = encode(&registry);
+        assert!(
+            text.contains(
+                "controller_runtime_reconcile_total{controller=\"test\",result=\"success\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("controller_runtime_max_concurrent_reconciles{controller=\"test\"} 1\n")
+        );
+        assert!(
+            text.contains("workqueue_adds_total{controller=\"test\",name=\"test\"} 1\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn every_controller_runtime_name_is_exposed_exactly() {
+        let registry = new_registry();
+        let _c = Controller::builder("named")
+            .registry(&registry)
+            .build(Scripted::new(&[]))
+            .unwrap();
+        let text = encode(&registry);
+        for series in [
+            "controller_runtime_reconcile_total{controller=\"named\",result=\"success\"} 0",
+            "controller_runtime_reconcile_total{controller=\"named\",result=\"error\"} 0",
+            "controller_runtime_reconcile_total{controller=\"named\",result=\"requeue_after\"} 0",
+            "controller_runtime_reconcile_errors_total{controller=\"named\"} 0",
+            "controller_runtime_terminal_reconcile_errors_total{controller=\"named\"} 0",
+            "controller_runtime_reconcile_panics_total{controller=\"named\"} 0",
+            "controller_runtime_reconcile_time_seconds_count{controller=\"named\"} 0",
+            "controller_runtime_active_workers{controller=\"named\"} 0",
+            "controller_runtime_max_concurrent_reconciles{controller=\"named\"} 0",
+        ] {
+            assert!(text.contains(series), "missing {series}: {text}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requeue_after_fires_at_exactly_the_requested_time() {
+        let rec = Scripted::new(&[("ns/a", &[Step::Requeue(Duration::from_secs(30))])]);
+        let c = Controller::builder("test").build(rec.clone()).unwrap();
+        let q = c.queue();
+        let _run = start(c);
+        q.add(key("a"));
+        sleep_ms(29_999).await;
+        assert_eq!(rec.keys().len(), 1);
+        sleep_ms(2).await;
+        assert_eq!(
+            rec.times_of("ns/a"),
+            [Duration::ZERO, Duration::from_secs(30)]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn errors_back_off_exponentially_and_success_resets_the_backoff() {
+        let registry = new_registry();
+        let rec = Scripted::new(&[("ns/a", &[Step::Fail, Step::Fail, Step::Fail, Step::Fail])]);
+        let c = Controller::builder("test")
+            .registry(&registry)
+            .build(rec.clone())
+            .unwrap();
+        let q = c.queue();
+        let _run = start(c);
+        q.add(key("a"));
+        sleep_ms(1_000).await;
+        let times = rec.times_of("ns/a");
+        let gaps: Vec<_> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(gaps, [5, 10, 20, 40].map(Duration::from_millis));
+        assert_eq!(q.num_requeues(&key("a")), 0, "the final success forgets");
+        let text = encode(&registry);
+        assert!(
+            text.contains("controller_runtime_reconcile_errors_total{controller=\"test\"} 4\n")
+        );
+        assert!(text.contains(
+            "tfjob_operator_reconcile_errors_by_category_total{controller=\"test\",category=\"api\"} 4\n"
+        ));
+        assert!(
+            text.contains("workqueue_retries_total{controller=\"test\",name=\"test\"} 4\n"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn terminal_errors_are_counted_and_never_retried() {
+        let registry = new_registry();
+        let rec = Scripted::new(&[("ns/bad", &[Step::Terminal])]);
+        let c = Controller::builder("test")
+            .registry(&registry)
+            .build(rec.clone())
+            .unwrap();
+        let q = c.queue();
+        let _run = start(c);
+        q.add(key("bad"));
+        sleep_ms(3_600_000).await;
+        assert_eq!(rec.keys(), ["ns/bad"]);
+        assert_eq!(q.num_requeues(&key("bad")), 0);
+        let text = encode(&registry);
+        assert!(text.contains(
+            "controller_runtime_terminal_reconcile_errors_total{controller=\"test\"} 1\n"
+        ));
+        assert!(text.contains(
+            "controller_runtime_reconcile_total{controller=\"test\",result=\"error\"} 1\n"
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_reconcile_is_counted_retried_and_the_worker_lives_on() {
+        let registry = new_registry();
+        let rec = Scripted::new(&[("ns/a", &[Step::Panic])]);
+        let c = Controller::builder("test")
+            .registry(&registry)
+            .build(rec.clone())
+            .unwrap();
+        let q = c.queue();
+        let _run = start(c);
+        q.add(key("a"));
+        q.add(key("b"));
+        sleep_ms(100).await;
+        assert_eq!(rec.keys(), ["ns/a", "ns/b", "ns/a"]);
+        assert_eq!(rec.times_of("ns/a")[1], Duration::from_millis(5));
+        let text = encode(&registry);
+        assert!(
+            text.contains("controller_runtime_reconcile_panics_total{controller=\"test\"} 1\n")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_same_key_never_runs_twice_at_once_even_with_many_workers() {
+        let rec = Scripted::new(&[("ns/hot", &[Step::Slow(Duration::from_secs(1)); 3])]);
+        let c = Controller::builder("test")
+            .workers(4)
+            .build(rec.clone())
+            .unwrap();
+        let q = c.queue();
+        let _run = start(c);
+        q.add(key("hot"));
+        for _ in 0..10 {
+            sleep_ms(100).await;
+            q.add(key("hot"));
+            q.add(key("other"));
+        }
+        sleep_ms(5_000).await;
+        assert_eq!(rec.0.max_same_key.load(Ordering::Relaxed), 1);
+        // The adds during the first run collapse into one more run.
+        assert_eq!(
+            rec.times_of("ns/hot"),
+            [Duration::ZERO, Duration::from_secs(1)]
+        );
+        assert!(rec.keys().contains(&"ns/other".to_owned()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_waits_for_reconciles_in_flight_and_starts_nothing_new() {
+        let registry = new_registry();
+        let rec = Scripted::new(&[("ns/slow", &[Step::Slow(Duration::from_secs(10))])]);
+        let c = Controller::builder("test")
+            .registry(&registry)
+            .build(rec.clone())
+            .unwrap();
+        let q = c.queue();
+        let run = start(c);
+        q.add(key("slow"));
+        q.add(key("next"));
+        sleep_ms(1_000).await;
+        assert!(
+            encode(&registry)
+                .contains("controller_runtime_active_workers{controller=\"test\"} 1\n")
+        );
+        run.shutdown.cancel();
+        sleep_ms(8_000).await;
+        assert!(
+            !run.handle.is_finished(),
+            "returned before the reconcile finished"
+        );
+        let done = tokio::time::timeout(Duration::from_secs(2), run.handle).await;
+        assert!(matches!(done, Ok(Ok(Ok(())))));
+        assert_eq!(rec.keys(), ["ns/slow"]);
+        assert!(
+            encode(&registry)
+                .contains("controller_runtime_active_workers{controller=\"test\"} 0\n")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keys_from_a_channel_source_are_reconciled() {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let rec = Scripted::new(&[]);
+        let c = Controller::builder("test")
+            .watches_channel(rx)
+            .build(rec.clone())
+            .unwrap();
+        let run = start(c);
+        tx.unbounded_send(key("external")).unwrap();
+        sleep_ms(1).await;
+        assert_eq!(rec.keys(), ["ns/external"]);
+        run.shutdown.cancel();
+        assert!(matches!(run.handle.await, Ok(Ok(()))));
+    }
+
+    #[test]
+    fn builder_refuses_owns_without_a_primary_and_zero_workers() {
+        let inf = configmaps(ScriptedListWatch::new());
+        let no_primary = Controller::builder("x")
+            .owns(&inf)
+            .build(Scripted::new(&[]));
+        assert!(matches!(
+            no_primary,
+            Err(ControllerError::OwnsWithoutFor(_))
+        ));
+        let no_workers = Controller::builder("x")
+            .workers(0)
+            .build(Scripted::new(&[]));
+        assert!(matches!(no_workers, Err(ControllerError::NoWorkers(_))));
+    }
+
+    fn configmaps(lw: ScriptedListWatch) -> SharedInformer<ConfigMap> {
+        let mut config = InformerConfig::default();
+        config.reflector.streaming_list = false;
+        SharedInformer::new(Arc::new(lw), config)
+    }
+
+    /// Drops events for objects named `skip`.
+    struct SkipNamed(&'static str);
+
+    impl Predicate for SkipNamed {
+        fn create(&self, meta: &ObjectMeta) -> bool {
+            meta.name.as_deref() != Some(self.0)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn for_informer_reconciles_every_listed_object_that_passes_the_filter() {
+        let inf = configmaps(ScriptedListWatch::new().list(Ok(page(
+            vec![cm_json("a", "1"), cm_json("skip", "1"), cm_json("b", "1")],
+            "1",
+            None,
+        ))));
+        let shutdown = CancellationToken::new();
+        tokio::spawn(inf.clone().run(shutdown.clone()));
+        let rec = Scripted::new(&[]);
+        let c = Controller::builder("cm")
+            .for_informer(&inf)
+            .with_event_filter(SkipNamed("skip"))
+            .build(rec.clone())
+            .unwrap();
+        let run = start(c);
+        sleep_ms(1_000).await;
+        let mut keys = rec.keys();
+        keys.sort();
+        assert_eq!(keys, ["ns/a", "ns/b"]);
+        run.shutdown.cancel();
+        assert!(matches!(run.handle.await, Ok(Ok(()))));
+        shutdown.cancel();
+    }
+
+    fn child_json(name: &str, owner: &str) -> RawObject {
+        let mut cm: serde_json::Value = cm_json(name, "1").decode(false).expect("cm_json decodes");
+        cm["metadata"]["ownerReferences"] = serde_json::json!([{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": owner,
+            "uid": "u-1", "controller": true,
+        }]);
+        raw(&cm)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn owns_enqueues_the_owner_and_watches_enqueues_the_mapped_keys() {
+        let parents = configmaps(ScriptedListWatch::new().list(Ok(page(vec![], "1", None))));
+        let children = configmaps(ScriptedListWatch::new().list(Ok(page(
+            vec![child_json("c1", "p1"), child_json("c2", "p2")],
+            "1",
+            None,
+        ))));
+        let others =
+            configmaps(ScriptedListWatch::new().list(Ok(page(vec![cm_json("x", "1")], "1", None))));
+        let shutdown = CancellationToken::new();
+        for inf in [&parents, &children, &others] {
+            tokio::spawn(inf.clone().run(shutdown.clone()));
+        }
+        let rec = Scripted::new(&[]);
+        let c = Controller::builder("cm")
+            .for_informer(&parents)
+            .owns(&children)
+            .watches(&others, |cm: &ConfigMap| {
+                vec![ObjectKey::new(
+                    Some("elsewhere"),
+                    cm.metadata.name.as_deref().unwrap_or(""),
+                )]
+            })
+            .build(rec.clone())
+            .unwrap();
+        let _run = start(c);
+        sleep_ms(1_000).await;
+        let mut keys = rec.keys();
+        keys.sort();
+        assert_eq!(keys, ["elsewhere/x", "ns/p1", "ns/p2"]);
+        shutdown.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_fails_when_caches_do_not_sync_in_time() {
+        // No scripted list: the first list never returns.
+        let inf = configmaps(ScriptedListWatch::new());
+        let shutdown = CancellationToken::new();
+        tokio::spawn(inf.clone().run(shutdown.clone()));
+        let c = Controller::builder("cm")
+            .for_informer(&inf)
+            .cache_sync_timeout(Duration::from_secs(10))
+            .build(Scripted::new(&[]))
+            .unwrap();
+        let result = c.run(CancellationToken::new()).await;
+        assert!(matches!(
+            result,
+            Err(ControllerError::CacheSyncTimeout(_, _))
+        ));
+        shutdown.cancel();
+    }
+}

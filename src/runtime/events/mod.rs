@@ -1,0 +1,324 @@
+//! Kubernetes Events about any object, written in the background.
+//!
+//! Mirrors client-go `tools/record`: `event.go` (EventRecorder and
+//! EventBroadcaster) and `events_cache.go` (EventCorrelator with its spam
+//! filter and aggregation). Writes core/v1 Events, which is what
+//! `kubectl describe` shows under "Events:". Chapter:
+//! `docs/11-client-cache-recorder.md`.
+//!
+//! - [`EventRecorder::publish`] never blocks and never fails for its caller: a
+//!   reconcile must not slow down or error because the Events API is slow. It
+//!   puts the event on a bounded channel; when the channel is full the event is
+//!   dropped and counted (`tfjob_operator_events_dropped_total{reason="queue_full"}`), as
+//!   client-go's `DropIfChannelFull` does.
+//! - [`EventBroadcaster::run`] is the background task that writes them. Before
+//!   writing, the [`EventCorrelator`] decides:
+//!   - spam filter: a token bucket per reporter, involved object and event
+//!     type (burst 25, one token back every 300 s); an object out of tokens
+//!     gets no more events of that type for now, but Normal events never
+//!     use up a Warning's tokens;
+//!   - aggregation: a repeat of an event already written (same object, type,
+//!     reason and message) patches the existing Event's `count` and
+//!     `lastTimestamp` instead of creating another object.
+//! - [`EventRecorder::publish_counted`] records one event that stands for
+//!   `count` occurrences (a controller that did the same thing to several
+//!   objects in one pass, e.g. created a job's Pods): one write with that
+//!   `count` instead of one write per occurrence, which is what the
+//!   correlator's aggregation would leave after the fact, minus the writes.
+//!
+//! Both caches are bounded (4096 entries, oldest-inserted evicted first, a
+//! simpler policy than client-go's LRU). Unlike client-go, different messages
+//! with the same reason are not folded into one "combined from similar
+//! events" Event. This module never panics on API errors: a failed write is
+//! logged and counted, then forgotten.
+//!
+//! The recorder is here, the correlator in `correlator.rs`, the writer (the
+//! background task, up to [`WRITES_IN_FLIGHT`] objects' Events at a time) in
+//! `writer.rs`, one Event's write in `sink.rs`.
+pub mod correlator;
+pub mod sink;
+pub mod writer;
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Resource;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use tokio::sync::mpsc;
+
+use crate::observability::metrics::SharedRegistry;
+
+use sink::ApiEventSink;
+use writer::EventBroadcaster;
+
+/// client-go's broadcaster queue length.
+pub const DEFAULT_QUEUE_CAPACITY: usize = 1000;
+
+/// `Normal` or `Warning`, the two types core/v1 Events allow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Normal => "Normal",
+            Self::Warning => "Warning",
+        }
+    }
+}
+
+/// One event on its way to the API server.
+#[derive(Clone, Debug)]
+pub struct EventRecord {
+    pub involved: ObjectReference,
+    pub type_: EventType,
+    pub reason: String,
+    pub message: String,
+    /// How many occurrences this record stands for (at least 1): the
+    /// Event's `count` when created, added to it when aggregated.
+    pub count: i32,
+    /// Wall-clock time of `publish`, written as first/last timestamp.
+    pub at: Timestamp,
+    /// Who reported it.
+    pub source: Arc<EventSourceInfo>,
+}
+
+/// The reporter of an event: `source.component`/`reportingComponent` and
+/// `source.host`/`reportingInstance`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EventSourceInfo {
+    pub component: String,
+    pub instance: Option<String>,
+}
+
+impl EventRecord {
+    fn display_object(&self) -> String {
+        let r = &self.involved;
+        format!(
+            "{}/{}",
+            r.kind.as_deref().unwrap_or("?"),
+            match (&r.namespace, &r.name) {
+                (Some(ns), Some(n)) => format!("{ns}/{n}"),
+                (None, Some(n)) => n.clone(),
+                _ => "?".to_owned(),
+            }
+        )
+    }
+}
+/// Who writes the events.
+#[derive(Clone, Debug)]
+pub struct EventRecorderConfig {
+    /// `source.component` and `reportingComponent`, e.g. `tfjob-controller`.
+    pub component: String,
+    /// `source.host` and `reportingInstance` (e.g. the Pod name).
+    pub instance: Option<String>,
+    /// Events buffered before new ones are dropped.
+    pub queue_capacity: usize,
+}
+
+impl EventRecorderConfig {
+    /// The given component, this host as instance, a 1000-event queue.
+    pub fn new(component: impl Into<String>) -> Self {
+        Self {
+            component: component.into(),
+            instance: std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()),
+            queue_capacity: DEFAULT_QUEUE_CAPACITY,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct EventMetrics {
+    dropped: Family<Vec<(String, String)>, Counter>,
+    failed: Counter,
+}
+
+impl EventMetrics {
+    fn register(registry: &SharedRegistry) -> Self {
+        let metrics = Self {
+            dropped: Family::default(),
+            failed: Counter::default(),
+        };
+        let mut registry = registry.lock().unwrap_or_else(|p| p.into_inner());
+        registry.register(
+            "tfjob_operator_events_dropped",
+            "Events not written, by reason (queue_full, spam_filtered)",
+            metrics.dropped.clone(),
+        );
+        registry.register(
+            "tfjob_operator_events_write_failures",
+            "Events that could not be written to the API server",
+            metrics.failed.clone(),
+        );
+        metrics
+    }
+
+    fn drop_for(&self, reason: &str) {
+        self.dropped
+            .get_or_create(&vec![("reason".to_owned(), reason.to_owned())])
+            .inc();
+    }
+}
+
+/// The handle controllers publish events with. Cheap to clone.
+#[derive(Clone)]
+pub struct EventRecorder {
+    tx: mpsc::Sender<EventRecord>,
+    source: Arc<EventSourceInfo>,
+    metrics: EventMetrics,
+}
+
+/// Makes a recorder and the broadcaster that must run for its events to be
+/// written (the manager runs it; see `Manager::event_recorder`).
+pub fn event_recorder(
+    client: kube::Client,
+    config: EventRecorderConfig,
+    registry: &SharedRegistry,
+) -> (EventRecorder, EventBroadcaster) {
+    let (tx, rx) = mpsc::channel(config.queue_capacity.max(1));
+    let metrics = EventMetrics::register(registry);
+    let recorder = EventRecorder {
+        tx,
+        source: Arc::new(EventSourceInfo {
+            component: config.component,
+            instance: config.instance,
+        }),
+        metrics: metrics.clone(),
+    };
+    let broadcaster = EventBroadcaster::new(rx, Arc::new(ApiEventSink::new(client)), metrics);
+    (recorder, broadcaster)
+}
+
+impl EventRecorder {
+    /// A recorder sharing this one's queue and writer but reporting as
+    /// `component` (client-go: one broadcaster, a recorder per component).
+    pub fn for_component(&self, component: impl Into<String>) -> Self {
+        Self {
+            tx: self.tx.clone(),
+            source: Arc::new(EventSourceInfo {
+                component: component.into(),
+                instance: self.source.instance.clone(),
+            }),
+            metrics: self.metrics.clone(),
+        }
+    }
+
+    /// Queues an event about `obj`. Never blocks; drops (and counts) the
+    /// event when the queue is full or the writer has stopped.
+    pub fn publish<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        type_: EventType,
+        reason: &str,
+        message: impl Into<String>,
+    ) {
+        self.publish_counted(obj, type_, reason, message, 1);
+    }
+
+    /// [`publish`](Self::publish) of one event standing for `count`
+    /// occurrences (written once, with that `count`).
+    pub fn publish_counted<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        type_: EventType,
+        reason: &str,
+        message: impl Into<String>,
+        count: i32,
+    ) {
+        let record = EventRecord {
+            involved: obj.object_ref(&()),
+            type_,
+            reason: reason.to_owned(),
+            message: message.into(),
+            count: count.max(1),
+            at: Timestamp::now(),
+            source: self.source.clone(),
+        };
+        if self.tx.try_send(record).is_err() {
+            self.metrics.drop_for("queue_full");
+            tracing::debug!(reason, "event queue full; dropping event");
+        }
+    }
+
+    /// [`publish`](Self::publish) with [`EventType::Normal`].
+    pub fn normal<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        reason: &str,
+        message: impl Into<String>,
+    ) {
+        self.publish(obj, EventType::Normal, reason, message);
+    }
+
+    /// [`publish`](Self::publish) with [`EventType::Warning`].
+    pub fn warning<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        reason: &str,
+        message: impl Into<String>,
+    ) {
+        self.publish(obj, EventType::Warning, reason, message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    pub(crate) fn event_about(name: &str, reason: &str, message: &str) -> EventRecord {
+        EventRecord {
+            involved: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some("ns".into()),
+                name: Some(name.into()),
+                uid: Some(format!("uid-{name}")),
+                ..ObjectReference::default()
+            },
+            type_: EventType::Normal,
+            reason: reason.into(),
+            message: message.into(),
+            count: 1,
+            at: Timestamp::UNIX_EPOCH,
+            source: Arc::new(EventSourceInfo {
+                component: "tfjob-controller".into(),
+                instance: Some("pod-1".into()),
+            }),
+        }
+    }
+
+    fn dummy_client() -> kube::Client {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        kube::Client::try_from(config).unwrap()
+    }
+
+    #[tokio::test]
+    async fn publishing_to_a_full_queue_drops_and_counts_without_blocking() {
+        let registry = crate::observability::metrics::new_registry();
+        let mut config = EventRecorderConfig::new("test");
+        config.queue_capacity = 1;
+        let (recorder, _broadcaster) = event_recorder(dummy_client(), config, &registry);
+        let pod = k8s_openapi::api::core::v1::Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("ns".into()),
+                ..ObjectMeta::default()
+            },
+            ..Default::default()
+        };
+        recorder.normal(&pod, "A", "first fits");
+        recorder.normal(&pod, "A", "second is dropped");
+        recorder.warning(&pod, "A", "third is dropped");
+        let text = crate::observability::metrics::encode(&registry);
+        assert!(
+            text.contains("tfjob_operator_events_dropped_total{reason=\"queue_full\"} 2"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,1075 @@
+//! The manager: starts everything in the right order and stops it cleanly.
+//!
+//! Mirrors controller-runtime `pkg/manager` (`internal.go`,
+//! `runnable_group.go`) and `pkg/manager/signals`; this folder also holds
+//! what the manager runs around the controllers: [`leader_election`]
+//! (client-go `tools/leaderelection`) and the health/metrics [`server`]
+//! (controller-runtime `pkg/healthz`, `pkg/metrics/server`). Chapter:
+//! `docs/10-manager.md`. [`Manager::run`]:
+//!
+//! 1. binds and serves `/healthz`, `/readyz`, `/metrics` (and starts the
+//!    event writer, if a recorder was asked for);
+//! 2. starts every [`Cache`] and waits until all have synced, then marks the
+//!    process ready;
+//! 3. starts the runnables that do not need leadership;
+//! 4. with leader election on, campaigns for the Lease and starts the
+//!    leader-only runnables once it is held (with it off, at once);
+//! 5. on `SIGTERM`/`SIGINT` or [`Manager::shutdown_token`]: marks not-ready,
+//!    cancels the runnables and waits for them at most the graceful-shutdown
+//!    timeout, *then* releases the Lease (so no standby starts while our
+//!    in-flight work still writes), then stops caches and the HTTP server.
+//!
+//! A lost Lease is fatal, as in controller-runtime: leader-only runnables are
+//! cancelled and aborted without waiting (another leader may already be
+//! acting), and `run` returns [`ManagerError::LeaderElectionLost`] so the
+//! process exits and its Deployment restarts it as a fresh candidate. This
+//! holds during the graceful drain too: the Lease is still renewed while
+//! in-flight work finishes, and if it is lost then, the drain is cut short
+//! and every runnable aborted at once. A
+//! runnable returning an error (or panicking) also stops the manager.
+//!
+//! The manager never reconciles anything itself and never knows what its
+//! runnables are; it only orders their start and stop.
+//!
+//! ```no_run
+//! # async fn example(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use tfjob_operator::runtime::cache::factory::InformerFactory;
+//! use tfjob_operator::runtime::manager::leader_election::LeaderElectionConfig;
+//! use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
+//!
+//! let factory = InformerFactory::new(client.clone());
+//! // ... controllers create their informers from `factory` here ...
+//! let mut manager = Manager::new(
+//!     client,
+//!     ManagerConfig {
+//!         leader_election: Some(LeaderElectionConfig::new("kubeflow", "tfjob-operator")),
+//!         ..ManagerConfig::default()
+//!     },
+//! );
+//! let recorder = manager.event_recorder("tfjob-controller");
+//! manager.add_cache(factory);
+//! manager.add_runnable("tfjob-controller", true, move |shutdown| async move {
+//!     // Run workers until `shutdown` fires, then finish in-flight reconciles.
+//!     shutdown.cancelled().await;
+//!     drop(recorder);
+//!     Ok(())
+//! });
+//! manager.run().await?;
+//! # Ok(())
+//! # }
+//! ```
+pub mod leader_election;
+pub mod server;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::oneshot;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+use crate::observability::metrics::{SharedRegistry, new_registry};
+use crate::runtime::cache::factory::InformerFactory;
+use crate::runtime::events::{EventRecorder, EventRecorderConfig, event_recorder};
+use crate::runtime::manager::leader_election::{
+    HoldOutcome, LeaderElectionConfig, LeaderElectionError, LeaderElector,
+};
+use crate::runtime::manager::server::{HttpServer, Readiness, SecureMetrics, ServerError};
+
+/// controller-runtime's default bound on draining runnables at shutdown.
+pub const DEFAULT_GRACEFUL_SHUTDOWN: Duration = Duration::from_secs(30);
+/// How long each final step (releasing the Lease, stopping the HTTP server
+/// and the event writer) may take at least once the runnables are done;
+/// the infrastructure gets whatever is left of the graceful-shutdown
+/// budget if that is longer.
+const FINAL_STEP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Any error a runnable may return.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A cache the manager starts and waits on before starting runnables: in
+/// practice the informer factory, which owns every shared informer.
+pub trait Cache: Send + Sync + 'static {
+    /// Starts filling the cache in the background until `shutdown` fires.
+    fn start(&self, shutdown: CancellationToken);
+    /// Resolves once the first full list is in the cache. Must be cancel-safe.
+    fn wait_for_sync(&self) -> BoxFuture<'_, ()>;
+    /// Has the first full list arrived?
+    fn has_synced(&self) -> bool;
+}
+
+/// The informer factory is the manager's cache: starting it starts every
+/// shared informer created so far (controllers create theirs before `run`).
+impl Cache for InformerFactory {
+    fn start(&self, shutdown: CancellationToken) {
+        InformerFactory::start(self, shutdown);
+    }
+
+    fn wait_for_sync(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.wait_for_cache_sync())
+    }
+
+    fn has_synced(&self) -> bool {
+        InformerFactory::has_synced(self)
+    }
+}
+
+/// Errors that end [`Manager::run`].
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    #[error("failed to start the http server")]
+    Server(#[source] ServerError),
+    #[error("failed to configure leader election")]
+    LeaderElection(#[source] LeaderElectionError),
+    #[error("failed to install signal handlers")]
+    Signal(#[source] std::io::Error),
+    #[error("failed to keep the leader lease: leader election lost")]
+    LeaderElectionLost,
+    #[error("failed to run {name}")]
+    Runnable {
+        name: String,
+        #[source]
+        source: BoxError,
+    },
+    #[error("failed to stop runnables within the graceful shutdown timeout of {0:?}")]
+    ShutdownTimeout(Duration),
+}
+
+impl ManagerError {
+    /// A stable label for metrics and logs.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Server(_) => "server",
+            Self::LeaderElection(_) => "leader_election",
+            Self::Signal(_) => "signal",
+            Self::LeaderElectionLost => "leader_election_lost",
+            Self::Runnable { .. } => "runnable",
+            Self::ShutdownTimeout(_) => "shutdown_timeout",
+        }
+    }
+}
+
+/// How the manager runs.
+#[derive(Clone, Debug)]
+pub struct ManagerConfig {
+    /// Where `/healthz` and `/readyz` are served (`None`: not served).
+    pub probe_addr: Option<SocketAddr>,
+    /// Where `/metrics` is served; may equal `probe_addr` (`None`: not served).
+    pub metrics_addr: Option<SocketAddr>,
+    /// `None` runs leader-only runnables at once (a single replica).
+    pub leader_election: Option<LeaderElectionConfig>,
+    /// How long runnables get to finish in-flight work after shutdown begins.
+    pub graceful_shutdown: Duration,
+    /// Stop on `SIGTERM`/`SIGINT` (off in tests, which use [`Manager::shutdown_token`]).
+    pub handle_signals: bool,
+}
+
+impl Default for ManagerConfig {
+    /// controller-runtime's ports (probes `:8081`, metrics `:8080`), no leader
+    /// election, 30 s graceful shutdown, signals handled.
+    fn default() -> Self {
+        Self {
+            probe_addr: Some(SocketAddr::from(([0, 0, 0, 0], 8081))),
+            metrics_addr: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
+            leader_election: None,
+            graceful_shutdown: DEFAULT_GRACEFUL_SHUTDOWN,
+            handle_signals: true,
+        }
+    }
+}
+
+type RunFn = Box<dyn FnOnce(CancellationToken) -> BoxFuture<'static, Result<(), BoxError>> + Send>;
+type BackgroundFn = Box<dyn FnOnce(CancellationToken) -> BoxFuture<'static, ()> + Send>;
+
+struct Runnable {
+    name: String,
+    leader_only: bool,
+    run: RunFn,
+}
+
+/// Owns the process lifecycle. Build it, add caches and runnables, `run()` it.
+pub struct Manager {
+    client: kube::Client,
+    config: ManagerConfig,
+    registry: SharedRegistry,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+    caches: Vec<Arc<dyn Cache>>,
+    runnables: Vec<Runnable>,
+    /// Infrastructure stopped last (the event writer), after the runnables
+    /// that feed it have drained.
+    background: Vec<BackgroundFn>,
+    recorder: Option<EventRecorder>,
+    secure_metrics: Option<SecureMetrics>,
+}
+
+/// Why the main loop ended.
+enum Stop {
+    Requested,
+    LeaderLost,
+    Failed(ManagerError),
+}
+
+impl Manager {
+    /// A manager with a fresh metrics registry.
+    pub fn new(client: kube::Client, config: ManagerConfig) -> Self {
+        Self {
+            client,
+            config,
+            registry: new_registry(),
+            readiness: Readiness::new(),
+            shutdown: CancellationToken::new(),
+            caches: Vec::new(),
+            runnables: Vec::new(),
+            background: Vec::new(),
+            recorder: None,
+            secure_metrics: None,
+        }
+    }
+
+    /// The registry served on `/metrics`; register component metrics here.
+    pub fn registry(&self) -> SharedRegistry {
+        self.registry.clone()
+    }
+
+    /// The client the manager was built with.
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// What `/readyz` reports (for tests and for extra health logic).
+    pub fn readiness(&self) -> Readiness {
+        self.readiness.clone()
+    }
+
+    /// Cancelling this token stops the manager as a signal would.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Adds a cache to start and wait on before any runnable starts.
+    pub fn add_cache(&mut self, cache: impl Cache) {
+        self.caches.push(Arc::new(cache));
+    }
+
+    /// Adds a runnable: `run` gets a token that fires at shutdown (or when
+    /// leadership is lost) and should return once its in-flight work is done.
+    /// `leader_only` runnables (controllers) start once the Lease is held.
+    pub fn add_runnable<F, Fut>(&mut self, name: impl Into<String>, leader_only: bool, run: F)
+    where
+        F: FnOnce(CancellationToken) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), BoxError>> + Send + 'static,
+    {
+        self.runnables.push(Runnable {
+            name: name.into(),
+            leader_only,
+            run: Box::new(move |token| Box::pin(run(token))),
+        });
+    }
+
+    /// Serves `/metrics` over HTTPS to authorized bearer tokens only
+    /// (controller-runtime's `metricsserver.Options{SecureServing: true,
+    /// FilterProvider: filters.WithAuthenticationAndAuthorization}`). The
+    /// metrics address must then differ from the probe address.
+    pub fn secure_metrics(&mut self, secure: SecureMetrics) {
+        self.secure_metrics = Some(secure);
+    }
+
+    /// An event recorder reporting as `component`. All recorders share one
+    /// writer task, started with the HTTP server and stopped after the
+    /// runnables, so events published while draining are still written.
+    pub fn event_recorder(&mut self, component: &str) -> EventRecorder {
+        if let Some(recorder) = &self.recorder {
+            return recorder.for_component(component);
+        }
+        let (recorder, broadcaster) = event_recorder(
+            self.client.clone(),
+            EventRecorderConfig::new(component),
+            &self.registry,
+        );
+        self.background
+            .push(Box::new(move |token| Box::pin(broadcaster.run(token))));
+        self.recorder = Some(recorder.clone());
+        recorder
+    }
+
+    /// Runs until shutdown; see the module docs for the order of events.
+    pub async fn run(self) -> Result<(), ManagerError> {
+        let Manager {
+            client,
+            config,
+            registry,
+            readiness,
+            shutdown,
+            caches,
+            runnables,
+            background,
+            recorder: _,
+            secure_metrics,
+        } = self;
+
+        let elector = match config.leader_election.clone() {
+            Some(le) => Some(
+                LeaderElector::new(client, le, &registry).map_err(ManagerError::LeaderElection)?,
+            ),
+            None => None,
+        };
+        if config.handle_signals {
+            watch_signals(shutdown.clone())?;
+        }
+
+        // 1. Infrastructure: HTTP server and the event writer, stopped last.
+        let infra = CancellationToken::new();
+        let mut infra_tasks = JoinSet::new();
+        let server = HttpServer::bind_with(
+            config.probe_addr,
+            config.metrics_addr,
+            readiness.clone(),
+            registry.clone(),
+            secure_metrics,
+        )
+        .await
+        .map_err(ManagerError::Server)?;
+        tracing::info!(probe = ?server.probe_addr(), metrics = ?server.metrics_addr(), "serving probes and metrics");
+        let server_token = infra.clone();
+        infra_tasks.spawn(async move {
+            if let Err(error) = server.serve(server_token).await {
+                tracing::error!(error = %error, "http server stopped");
+            }
+        });
+        for task in background {
+            infra_tasks.spawn(task(infra.clone()));
+        }
+
+        // 2. Caches: start all, wait for all (or for shutdown).
+        for cache in &caches {
+            cache.start(infra.child_token());
+        }
+        let synced = tokio::select! {
+            _ = futures::future::join_all(caches.iter().map(|c| c.wait_for_sync())) => true,
+            _ = shutdown.cancelled() => false,
+        };
+        if synced {
+            readiness.mark_synced();
+            tracing::info!(caches = caches.len(), "caches synced");
+        }
+
+        // 3 & 4. Runnables, then leadership.
+        let work = CancellationToken::new();
+        let mut tasks = Tasks::default();
+        let (leader_only, others): (Vec<_>, Vec<_>) =
+            runnables.into_iter().partition(|r| r.leader_only);
+        let mut leader_only = Some(leader_only);
+        let elect = CancellationToken::new();
+        let mut election: Option<JoinHandle<HoldOutcome>> = None;
+        let stop = if !synced {
+            Stop::Requested
+        } else {
+            for r in others {
+                tasks.spawn(r, &work);
+            }
+            let (acquired_tx, mut acquired_rx) = oneshot::channel::<()>();
+            let mut awaiting_lease = false;
+            match &elector {
+                Some(elector) => {
+                    let (elector, elect) = (elector.clone(), elect.clone());
+                    awaiting_lease = true;
+                    election = Some(tokio::spawn(async move {
+                        if !elector.acquire(&elect).await {
+                            return HoldOutcome::Cancelled;
+                        }
+                        let _ = acquired_tx.send(());
+                        elector.hold(&elect).await
+                    }));
+                }
+                None => {
+                    for r in leader_only.take().into_iter().flatten() {
+                        tasks.spawn(r, &work);
+                    }
+                }
+            }
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break Stop::Requested,
+                    acquired = &mut acquired_rx, if awaiting_lease => {
+                        awaiting_lease = false;
+                        if acquired.is_ok() {
+                            tracing::info!("became leader; starting leader-only runnables");
+                            for r in leader_only.take().into_iter().flatten() {
+                                tasks.spawn(r, &work);
+                            }
+                        }
+                    }
+                    outcome = join_election(&mut election) => {
+                        election = None;
+                        match outcome {
+                            Ok(HoldOutcome::Cancelled) => break Stop::Requested,
+                            Ok(HoldOutcome::Lost) | Err(_) => break Stop::LeaderLost,
+                        }
+                    }
+                    Some(done) = tasks.join_next() => {
+                        if let Some(error) = done {
+                            break Stop::Failed(error);
+                        }
+                    }
+                }
+            }
+        };
+
+        // 5. Stop: not ready, cancel work, drain (bounded), release, stop infra.
+        let stopping_since = tokio::time::Instant::now();
+        readiness.mark_stopping();
+        work.cancel();
+        let mut result = match stop {
+            Stop::Requested => Ok(()),
+            Stop::LeaderLost => Err(ManagerError::LeaderElectionLost),
+            Stop::Failed(error) => Err(error),
+        };
+        if matches!(result, Err(ManagerError::LeaderElectionLost)) {
+            // Another leader may be acting already: do not wait politely.
+            tracing::error!("leader election lost; aborting leader-only work");
+            tasks.abort_all().await;
+        } else {
+            tracing::info!(timeout = ?config.graceful_shutdown, "stopping runnables");
+            match drain(&mut tasks, config.graceful_shutdown, &mut election).await {
+                Drained::Done(Some(error)) if result.is_ok() => result = Err(error),
+                Drained::Done(_) => {}
+                Drained::TimedOut => {
+                    if result.is_ok() {
+                        result = Err(ManagerError::ShutdownTimeout(config.graceful_shutdown));
+                    }
+                }
+                Drained::LeaderLost => result = Err(ManagerError::LeaderElectionLost),
+            }
+        }
+        // Leader-only work has stopped: now the Lease may go.
+        elect.cancel();
+        if let Some(handle) = election {
+            let outcome = handle.await;
+            if let (Ok(HoldOutcome::Cancelled), Some(elector)) = (outcome, &elector)
+                && elector.config().release_on_cancel
+            {
+                match tokio::time::timeout(FINAL_STEP_TIMEOUT, elector.release()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => {
+                        tracing::warn!(error = %error, "failed to release leader lease")
+                    }
+                    Err(_) => tracing::warn!("releasing the leader lease timed out"),
+                }
+            }
+        }
+        infra.cancel();
+        // The event writer flushes what reconciles recorded last (a burst of
+        // `TFJobSucceeded` can be hundreds of Events behind a busy API
+        // server): it may use the rest of the budget, not only 5 s, or the
+        // write in flight is cut (the API server logs a 504) and the queue
+        // is lost.
+        let infra_budget = config
+            .graceful_shutdown
+            .saturating_sub(stopping_since.elapsed())
+            .max(FINAL_STEP_TIMEOUT);
+        if tokio::time::timeout(infra_budget, async {
+            while infra_tasks.join_next().await.is_some() {}
+        })
+        .await
+        .is_err()
+        {
+            infra_tasks.abort_all();
+        }
+        // Also ends the signal watcher when we stopped for another reason.
+        shutdown.cancel();
+        tracing::info!("manager stopped");
+        result
+    }
+}
+
+/// The running runnables, with their names for error messages.
+#[derive(Default)]
+struct Tasks {
+    set: JoinSet<Result<(), BoxError>>,
+    names: HashMap<tokio::task::Id, String>,
+}
+
+impl Tasks {
+    fn spawn(&mut self, runnable: Runnable, work: &CancellationToken) {
+        tracing::debug!(name = %runnable.name, leader_only = runnable.leader_only, "starting runnable");
+        let handle = self.set.spawn((runnable.run)(work.child_token()));
+        self.names.insert(handle.id(), runnable.name);
+    }
+
+    /// The next runnable to finish: `Some(None)` if it ended cleanly,
+    /// `Some(Some(error))` if it failed or panicked, `None` if none are running.
+    async fn join_next(&mut self) -> Option<Option<ManagerError>> {
+        let done = self.set.join_next_with_id().await?;
+        Some(match done {
+            Ok((id, Ok(()))) => {
+                let name = self.names.remove(&id).unwrap_or_default();
+                tracing::debug!(name = %name, "runnable finished");
+                None
+            }
+            Ok((id, Err(source))) => Some(ManagerError::Runnable {
+                name: self.names.remove(&id).unwrap_or_default(),
+                source,
+            }),
+            Err(join_error) => {
+                let name = self.names.remove(&join_error.id()).unwrap_or_default();
+                let what = if join_error.is_panic() {
+                    "panicked"
+                } else {
+                    "was aborted"
+                };
+                Some(ManagerError::Runnable {
+                    name,
+                    source: format!("runnable {what}").into(),
+                })
+            }
+        })
+    }
+
+    /// Waits for every runnable; returns the first error.
+    async fn drain(&mut self) -> Option<ManagerError> {
+        let mut first = None;
+        while let Some(done) = self.join_next().await {
+            if let Some(error) = done {
+                tracing::error!(error = %error, source = ?std::error::Error::source(&error), "runnable failed while stopping");
+                first.get_or_insert(error);
+            }
+        }
+        first
+    }
+
+    async fn abort_all(&mut self) {
+        self.set.abort_all();
+        while self.set.join_next().await.is_some() {}
+        self.names.clear();
+    }
+}
+
+/// How the graceful drain ended.
+#[derive(Debug)]
+enum Drained {
+    /// Every runnable returned; the first error, if any.
+    Done(Option<ManagerError>),
+    /// The graceful-shutdown timeout passed; the rest were aborted.
+    TimedOut,
+    /// The Lease was lost while draining; everything was aborted at once.
+    LeaderLost,
+}
+
+/// Waits for the runnables to finish their in-flight work, at most
+/// `timeout`, while still watching the Lease: a Lease lost during the drain
+/// aborts every runnable at once, since another leader may already be
+/// acting and a process that lost the Lease must stop writing.
+async fn drain(
+    tasks: &mut Tasks,
+    timeout: Duration,
+    election: &mut Option<JoinHandle<HoldOutcome>>,
+) -> Drained {
+    let drained = tokio::select! {
+        drained = tokio::time::timeout(timeout, tasks.drain()) => match drained {
+            Ok(first_error) => Drained::Done(first_error),
+            Err(_) => Drained::TimedOut,
+        },
+        // The Lease is not given up before the drain ends, so any outcome
+        // here means it is no longer ours.
+        outcome = join_election(election) => {
+            tracing::error!(?outcome, "leader election lost while draining; aborting in-flight work");
+            Drained::LeaderLost
+        }
+    };
+    match drained {
+        Drained::Done(_) => {}
+        Drained::TimedOut => {
+            tracing::error!(
+                "runnables did not stop within the graceful shutdown timeout; aborting them"
+            );
+            tasks.abort_all().await;
+        }
+        Drained::LeaderLost => {
+            // Finished: it must not be awaited again.
+            *election = None;
+            tasks.abort_all().await;
+        }
+    }
+    drained
+}
+
+/// The election task's outcome; never resolves when there is none.
+async fn join_election(
+    election: &mut Option<JoinHandle<HoldOutcome>>,
+) -> Result<HoldOutcome, tokio::task::JoinError> {
+    match election {
+        Some(handle) => handle.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// First `SIGTERM`/`SIGINT`: cancel `shutdown`. A second one exits at once,
+/// as controller-runtime's `SetupSignalHandler` does, for an operator who
+/// does not want to wait out the drain.
+fn watch_signals(shutdown: CancellationToken) -> Result<(), ManagerError> {
+    let mut term = signal(SignalKind::terminate()).map_err(ManagerError::Signal)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(ManagerError::Signal)?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("received SIGTERM; shutting down"),
+            _ = int.recv() => tracing::info!("received SIGINT; shutting down"),
+            _ = shutdown.cancelled() => return,
+        }
+        shutdown.cancel();
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::warn!("second signal; exiting without waiting");
+        std::process::exit(1);
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::sync::watch;
+    use tokio::time::Instant;
+
+    /// A cache whose sync the test controls.
+    #[derive(Clone)]
+    struct FakeCache {
+        synced: watch::Sender<bool>,
+        token: Arc<Mutex<Option<CancellationToken>>>,
+    }
+
+    impl FakeCache {
+        fn new() -> Self {
+            Self {
+                synced: watch::Sender::new(false),
+                token: Arc::default(),
+            }
+        }
+        fn sync(&self) {
+            self.synced.send_replace(true);
+        }
+        fn start_token(&self) -> Option<CancellationToken> {
+            self.token.lock().unwrap().clone()
+        }
+    }
+
+    impl Cache for FakeCache {
+        fn start(&self, shutdown: CancellationToken) {
+            *self.token.lock().unwrap() = Some(shutdown);
+        }
+        fn wait_for_sync(&self) -> BoxFuture<'_, ()> {
+            let mut rx = self.synced.subscribe();
+            Box::pin(async move {
+                let _ = rx.wait_for(|s| *s).await;
+            })
+        }
+        fn has_synced(&self) -> bool {
+            *self.synced.borrow()
+        }
+    }
+
+    fn dummy_client() -> kube::Client {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        kube::Client::try_from(config).unwrap()
+    }
+
+    fn manager() -> Manager {
+        Manager::new(
+            dummy_client(),
+            ManagerConfig {
+                probe_addr: None,
+                metrics_addr: None,
+                leader_election: None,
+                graceful_shutdown: Duration::from_secs(30),
+                handle_signals: false,
+            },
+        )
+    }
+
+    /// Runs the manager, lets it start, asks it to stop: its result, and
+    /// how long the stop took.
+    async fn start_then_stop(mgr: Manager) -> (Result<(), ManagerError>, Duration) {
+        let stop = mgr.shutdown_token();
+        let run = tokio::spawn(mgr.run());
+        settle().await;
+        let t0 = Instant::now();
+        stop.cancel();
+        let result = run.await.expect("the manager task panicked");
+        (result, t0.elapsed())
+    }
+
+    /// Lets spawned tasks run (paused time auto-advances only when idle).
+    async fn settle() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    fn flag() -> Arc<AtomicBool> {
+        Arc::new(AtomicBool::new(false))
+    }
+
+    /// A runnable that raises `started`, waits for cancellation, raises `stopped`.
+    fn until_cancelled(
+        started: Arc<AtomicBool>,
+        stopped: Arc<AtomicBool>,
+    ) -> impl FnOnce(CancellationToken) -> BoxFuture<'static, Result<(), BoxError>> + Send + 'static
+    {
+        move |token| {
+            Box::pin(async move {
+                started.store(true, Ordering::SeqCst);
+                token.cancelled().await;
+                stopped.store(true, Ordering::SeqCst);
+                Ok(())
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leader_only_runnables_do_not_start_before_caches_sync() {
+        let mut mgr = manager();
+        let cache = FakeCache::new();
+        mgr.add_cache(cache.clone());
+        let (leader_started, other_started) = (flag(), flag());
+        mgr.add_runnable(
+            "controller",
+            true,
+            until_cancelled(leader_started.clone(), flag()),
+        );
+        mgr.add_runnable(
+            "helper",
+            false,
+            until_cancelled(other_started.clone(), flag()),
+        );
+        let readiness = mgr.readiness();
+        let stop = mgr.shutdown_token();
+        let run = tokio::spawn(mgr.run());
+
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(cache.start_token().is_some(), "caches are started first");
+        assert!(!leader_started.load(Ordering::SeqCst));
+        assert!(!other_started.load(Ordering::SeqCst));
+        assert_eq!(readiness.check(), Err("caches not synced"));
+
+        cache.sync();
+        settle().await;
+        assert!(leader_started.load(Ordering::SeqCst));
+        assert!(other_started.load(Ordering::SeqCst));
+        assert_eq!(readiness.check(), Ok(()));
+
+        stop.cancel();
+        run.await.unwrap().unwrap();
+        assert_eq!(readiness.check(), Err("shutting down"));
+        assert!(
+            cache.start_token().unwrap().is_cancelled(),
+            "caches are stopped at the end"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_informer_factory_serves_as_the_managers_cache() {
+        let mut mgr = manager();
+        // No informers yet: the factory has nothing to wait for.
+        mgr.add_cache(InformerFactory::new(dummy_client()));
+        let started = flag();
+        mgr.add_runnable("controller", true, until_cancelled(started.clone(), flag()));
+        let stop = mgr.shutdown_token();
+        let run = tokio::spawn(mgr.run());
+        settle().await;
+        assert!(started.load(Ordering::SeqCst));
+        stop.cancel();
+        run.await.unwrap().unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_before_sync_starts_no_runnable_and_returns_cleanly() {
+        let mut mgr = manager();
+        mgr.add_cache(FakeCache::new());
+        let started = flag();
+        mgr.add_runnable("controller", true, until_cancelled(started.clone(), flag()));
+        let stop = mgr.shutdown_token();
+        let run = tokio::spawn(mgr.run());
+        settle().await;
+        stop.cancel();
+        run.await.unwrap().unwrap();
+        assert!(!started.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancellation_propagates_to_every_runnable() {
+        let mut mgr = manager();
+        let (a, b) = (flag(), flag());
+        mgr.add_runnable("a", true, until_cancelled(flag(), a.clone()));
+        mgr.add_runnable("b", false, until_cancelled(flag(), b.clone()));
+        let stop = mgr.shutdown_token();
+        let run = tokio::spawn(mgr.run());
+        settle().await;
+        assert!(!a.load(Ordering::SeqCst));
+        stop.cancel();
+        run.await.unwrap().unwrap();
+        assert!(a.load(Ordering::SeqCst));
+        assert!(b.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_waits_for_in_flight_work_to_drain() {
+        let mut mgr = manager();
+        let finished = flag();
+        let done = finished.clone();
+        mgr.add_runnable("slow", true, move |token: CancellationToken| async move {
+            token.cancelled().await;
+            // In-flight work that takes 5 s to finish after the signal.
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            done.store(true, Ordering::SeqCst);
+            Ok(())
+        });
+        let (result, took) = start_then_stop(mgr).await;
+        result.unwrap();
+        assert!(finished.load(Ordering::SeqCst));
+        assert!(
+            took >= Duration::from_secs(5) && took < Duration::from_secs(6),
+            "{took:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_event_writer_may_flush_for_the_rest_of_the_graceful_budget() {
+        let mut mgr = manager();
+        let flushed = flag();
+        let done = flushed.clone();
+        // A background task (the event writer) with 12 s of queued writes
+        // left when shutdown comes.
+        mgr.background
+            .push(Box::new(move |token: CancellationToken| {
+                Box::pin(async move {
+                    token.cancelled().await;
+                    tokio::time::sleep(Duration::from_secs(12)).await;
+                    done.store(true, Ordering::SeqCst);
+                })
+            }));
+        let stop = mgr.shutdown_token();
+        let run = tokio::spawn(mgr.run());
+        settle().await;
+        stop.cancel();
+        run.await.unwrap().unwrap();
+        assert!(flushed.load(Ordering::SeqCst), "the flush was cut");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stuck_background_task_is_abandoned_when_the_budget_is_spent() {
+        let mut mgr = manager();
+        mgr.background.push(Box::new(|_token: CancellationToken| {
+            Box::pin(std::future::pending::<()>())
+        }));
+        let (result, took) = start_then_stop(mgr).await;
+        result.unwrap();
+        // The 30 s budget, nothing spent on runnables.
+        assert!(
+            took >= Duration::from_secs(30) && took < Duration::from_secs(31),
+            "{took:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_runnable_that_ignores_shutdown_is_abandoned_after_the_graceful_timeout() {
+        let mut mgr = manager();
+        mgr.add_runnable("stuck", true, |_token| async move {
+            std::future::pending::<()>().await;
+            Ok(())
+        });
+        let (result, took) = start_then_stop(mgr).await;
+        assert_eq!(result.unwrap_err().category(), "shutdown_timeout");
+        assert!(
+            took >= Duration::from_secs(30) && took < Duration::from_secs(31),
+            "{took:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_runnable_stops_the_manager_and_the_others() {
+        let mut mgr = manager();
+        let other_stopped = flag();
+        mgr.add_runnable(
+            "other",
+            true,
+            until_cancelled(flag(), other_stopped.clone()),
+        );
+        mgr.add_runnable("broken", false, |_token| async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Err::<(), BoxError>("boom".into())
+        });
+        let err = tokio::spawn(mgr.run()).await.unwrap().unwrap_err();
+        match &err {
+            ManagerError::Runnable { name, source } => {
+                assert_eq!(name, "broken");
+                assert_eq!(source.to_string(), "boom");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(other_stopped.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_runnable_stops_the_manager_with_an_error() {
+        let mut mgr = manager();
+        mgr.add_runnable("panics", true, |_token| async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            panic!("deliberate");
+        });
+        let err = tokio::spawn(mgr.run()).await.unwrap().unwrap_err();
+        assert!(
+            matches!(&err, ManagerError::Runnable { name, .. } if name == "panics"),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_runnable_that_returns_early_does_not_stop_the_manager() {
+        let mut mgr = manager();
+        let stopped = flag();
+        mgr.add_runnable("one-shot", false, |_token| async { Ok(()) });
+        mgr.add_runnable("long", true, until_cancelled(flag(), stopped.clone()));
+        let stop = mgr.shutdown_token();
+        let run = tokio::spawn(mgr.run());
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!run.is_finished());
+        assert!(!stopped.load(Ordering::SeqCst));
+        stop.cancel();
+        run.await.unwrap().unwrap();
+    }
+
+    /// A runnable that needs `drain_for` to finish once cancelled, then
+    /// raises `finished`.
+    fn slow_to_drain(finished: Arc<AtomicBool>, drain_for: Duration) -> Runnable {
+        Runnable {
+            name: "slow".into(),
+            leader_only: true,
+            run: Box::new(move |token| {
+                Box::pin(async move {
+                    token.cancelled().await;
+                    tokio::time::sleep(drain_for).await;
+                    finished.store(true, Ordering::SeqCst);
+                    Ok(())
+                })
+            }),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_lost_while_draining_aborts_in_flight_work_at_once() {
+        let finished = flag();
+        let work = CancellationToken::new();
+        let mut tasks = Tasks::default();
+        tasks.spawn(
+            slow_to_drain(finished.clone(), Duration::from_secs(20)),
+            &work,
+        );
+        settle().await;
+        work.cancel();
+        let mut election = Some(tokio::spawn(async {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            HoldOutcome::Lost
+        }));
+        let start = Instant::now();
+        let drained = drain(&mut tasks, Duration::from_secs(30), &mut election).await;
+        assert!(matches!(drained, Drained::LeaderLost), "{drained:?}");
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(2),
+            "cut short at the loss"
+        );
+        assert!(election.is_none());
+        // Aborted, not left running: it never gets to finish its write.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!finished.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_with_the_lease_still_held_waits_for_in_flight_work() {
+        let finished = flag();
+        let work = CancellationToken::new();
+        let mut tasks = Tasks::default();
+        tasks.spawn(
+            slow_to_drain(finished.clone(), Duration::from_secs(20)),
+            &work,
+        );
+        settle().await;
+        work.cancel();
+        let mut election = Some(tokio::spawn(std::future::pending::<HoldOutcome>()));
+        let drained = drain(&mut tasks, Duration::from_secs(30), &mut election).await;
+        assert!(matches!(drained, Drained::Done(None)), "{drained:?}");
+        assert!(finished.load(Ordering::SeqCst));
+        assert!(election.is_some(), "still held: released after the drain");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_invalid_leader_election_config_fails_at_start() {
+        let mut le = LeaderElectionConfig::new("ns", "lease");
+        le.renew_deadline = le.lease_duration;
+        let mut mgr = manager();
+        mgr.config.leader_election = Some(le);
+        let err = mgr.run().await.unwrap_err();
+        assert_eq!(err.category(), "leader_election");
+    }
+
+    #[tokio::test]
+    async fn probes_are_served_while_running() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let mut mgr = manager();
+        mgr.config.probe_addr = Some(port);
+        mgr.config.metrics_addr = Some(port);
+        let cache = FakeCache::new();
+        mgr.add_cache(cache.clone());
+        let stop = mgr.shutdown_token();
+        let run = tokio::spawn(mgr.run());
+        let get = crate::runtime::manager::server::tests::http_get;
+        // The listener is bound shortly after run() starts.
+        let mut status = 0;
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(port).await.is_ok() {
+                status = get(port, "/readyz").await.0;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(status, 503);
+        cache.sync();
+        let mut ready = false;
+        for _ in 0..100 {
+            if get(port, "/readyz").await.0 == 200 {
+                ready = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(ready);
+        assert_eq!(get(port, "/healthz").await.0, 200);
+        stop.cancel();
+        run.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn every_event_recorder_shares_one_writer_and_one_set_of_metrics() {
+        let mut mgr = manager();
+        let _a = mgr.event_recorder("a");
+        let _b = mgr.event_recorder("b");
+        assert_eq!(mgr.background.len(), 1);
+        let text = crate::observability::metrics::encode(&mgr.registry());
+        assert_eq!(
+            text.matches("# TYPE tfjob_operator_events_write_failures counter")
+                .count(),
+            1,
+            "{text}"
+        );
+    }
+}
