@@ -246,11 +246,16 @@ image-tools-arm64:
 	  && [[ -f /usr/aarch64-linux-gnu/lib/libc.a ]] \
 	  || { apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static; }
 
-# Licenses, bans (no OpenSSL, no wildcards) and sources (crates.io only), per
-# deny.toml. Not advisories: the RustSec database is not reachable from the
-# project's machines (deny.toml says why and what covers it instead).
+# Advisories (the RustSec snapshot beside the clone, offline, read in place:
+# hack/deny/advisory-db.sh), licenses, bans (no OpenSSL, no wildcards) and
+# sources (crates.io only), per deny.toml; then the self-test that a matching
+# advisory fails the check (hack/deny/selftest.sh, a fixture in a temporary copy).
+ADVISORY_DBS := $(CACHE_DIR)/advisory-dbs
 .PHONY: deny
-deny: ## cargo deny check bans licenses sources (see deny.toml)
+deny: ## cargo deny check advisories bans licenses sources, offline against ../shared/advisory-db (see deny.toml), and its self-test
 	@source hack/image/versions.env; \
 	deny="$$(bash hack/image/cargo-tool.sh cargo-deny "$$CARGO_DENY_VERSION")"; \
-	PATH="$$(dirname "$$deny"):$$PATH" cargo deny --locked check --hide-inclusion-graph bans licenses sources
+	cargo fetch --locked --quiet; \
+	export TFJOB_ADVISORY_DB_PATH="$$(bash hack/deny/advisory-db.sh $(ADVISORY_DBS))"; \
+	"$$deny" --offline check --hide-inclusion-graph advisories bans licenses sources; \
+	bash hack/deny/selftest.sh "$$deny"
