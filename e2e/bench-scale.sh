@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench-scale` (issue #19, point 3): the e2e bench (benches/e2e.rs) run
+# `make bench-scale` (issue #19, point 3): the e2e bench (benches/e2e/) run
 # once per size, on one fresh local control plane of its own
 # (target/bench/scale-cluster, torn down by a trap), then
 # e2e/scale/report.py checks every run, fits the growth and draws the curves.
@@ -67,7 +67,7 @@ if [[ -z "$bench_bin" ]]; then
   bench_bin=$(cargo bench --bench e2e --no-run --message-format=json 2>/dev/null |
     sed -n 's/.*"target":{[^}]*"name":"e2e".*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 fi
-[[ -x "$bench_bin" ]] || die "could not build benches/e2e.rs (try: cargo bench --bench e2e --no-run)"
+[[ -x "$bench_bin" ]] || die "could not build benches/e2e/ (try: cargo bench --bench e2e --no-run)"
 [[ "$bench_bin" -ef target/bench/scale-e2e-bench ]] || cp "$bench_bin" target/bench/scale-e2e-bench
 
 teardown() {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench-e2e` (issue #6): starts a fresh local control plane of its own
 # (target/bench/cluster, never a developer's .cluster) with the bench-peer
-# identity and audit log (TFJOB_AUDIT=1), runs benches/e2e.rs (every peer ×
+# identity and audit log (TFJOB_AUDIT=1), runs benches/e2e/ (every peer ×
 # workload, one operator at a time), and tears the cluster down via trap even
 # on failure. The table goes to stdout, the numbers to target/bench/e2e.json.
 # Quick run: BENCH_JOBS=50 BENCH_NOISE_PODS=1000 BENCH_BIG_WORKERS=100 make bench-e2e
@@ -29,7 +29,7 @@ if [[ -z "${BENCH_OPERATOR_BIN:-}" ]]; then
 fi
 bench_bin=$(cargo bench --bench e2e --no-run --message-format=json 2>/dev/null \
   | sed -n 's/.*"target":{[^}]*"name":"e2e".*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
-[[ -x "$bench_bin" ]] || die "could not build benches/e2e.rs (try: cargo bench --bench e2e --no-run)"
+[[ -x "$bench_bin" ]] || die "could not build benches/e2e/ (try: cargo bench --bench e2e --no-run)"
 cp "$bench_bin" target/bench/e2e-bench
 
 teardown() {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the operator under heaptrack (Debian's `heaptrack` package), as a
-# drop-in BENCH_OPERATOR_BIN for benches/e2e.rs, to see where its heap goes:
+# drop-in BENCH_OPERATOR_BIN for benches/e2e/, to see where its heap goes:
 #   HEAPTRACK_OPERATOR_BIN=target/bench/tfjob-operator HEAPTRACK_OUT=target/bench/heap \
 #   BENCH_OPERATOR_BIN=$PWD/e2e/scale/heaptrack-operator.sh BENCH_PEERS=ours-default \
 #   BENCH_WORKLOADS=jobs BENCH_JOBS=1000 target/bench/scale-e2e-bench

@@ -2,7 +2,7 @@
 
     report.py RESULTS_DIR [--plots DIR]
 
-RESULTS_DIR holds one e2e.json of benches/e2e.rs per size, named
+RESULTS_DIR holds one e2e.json of benches/e2e/ per size, named
 <series>-<size>.json (e2e/bench-scale.sh writes them), and optionally
 restart-<jobs>.json (e2e/scale/restart.py). Prints markdown tables (every
 figure and its ratio to the bare client, `raw`, of the same size), the fitted

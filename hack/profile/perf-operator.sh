@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the operator under `perf record` (Debian's `linux-perf`), as a drop-in
-# BENCH_OPERATOR_BIN for benches/e2e.rs (hack/profile/cpu.sh sets it up):
+# BENCH_OPERATOR_BIN for benches/e2e/ (hack/profile/cpu.sh sets it up):
 #   PERF_OPERATOR_BIN=target/profile/tfjob-operator PERF_OUT=target/profile/perf.data \
 #   BENCH_OPERATOR_BIN=$PWD/hack/profile/perf-operator.sh ... bash e2e/bench.sh
 # perf attaches to the operator's pid (all its threads) and samples on-CPU

@@ -20,6 +20,13 @@
 //! - on a deadline or backoff failure only unfinished Pods are stopped
 //!   (Kubeflow deletes every Pod, losing the logs of finished ones);
 //! - a bad spec is a `Failed` condition and a Warning event, not a retry loop.
+//!
+//! **Length:** about 750 lines of code, kept in one file on purpose: the
+//! rules feed each other within one pass (a restart changes the tally, the
+//! tally the conditions, the conditions what cleanup stops), and `plan_into`
+//! applies them in one order a reader follows top to bottom. Its tests are
+//! apart, in `plan_tests.rs` and `plan_tests/`. If it grows, the seam is the
+//! per-replica count (`Tally` and `update_conditions`).
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

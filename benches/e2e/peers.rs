@@ -1,0 +1,450 @@
+//! The operators compared (ours, Kubeflow's training-operator, the raw
+//! client) and how each is started, readied and stopped.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use crate::apf::apf_identity;
+use crate::cluster::{ensure_namespace, is_conflict};
+use crate::settings::{Settings, Workload};
+use crate::{
+    BENCH_NS, KUBEFLOW_CERT_DIR, KUBEFLOW_NS, MATCHED_BURST, MATCHED_QPS, MATCHED_WORKERS,
+    PEER_USER, POLL,
+};
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum PeerKind {
+    TrainingOperator {
+        qps: u32,
+        burst: u32,
+        threads: u32,
+    },
+    Ours {
+        qps: u32,
+        burst: u32,
+        workers: u32,
+    },
+    /// Ours with a client-side limit equal to the request rate the peers
+    /// `of` (the first that ran in this workload) were measured sending.
+    OursAtRateOf {
+        of: &'static [&'static str],
+        workers: u32,
+    },
+    Raw,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Peer {
+    pub(crate) id: &'static str,
+    pub(crate) label: &'static str,
+    pub(crate) kind: PeerKind,
+    /// Run under an API Priority and Fairness cap for the peer's user
+    /// ([`install_apf_cap`]).
+    pub(crate) apf: bool,
+}
+
+/// The API Priority and Fairness objects that cap the peer's user in the
+/// `*-apf` runs: a PriorityLevel with the least concurrency this API server
+/// gives any level (1 share of the server's seats among the default levels'
+/// shares: 3 of the default 600 seats, 1 when the bench's cluster runs with
+/// `BENCH_APISERVER_INFLIGHT=100`), lending and borrowing nothing, queueing
+/// what does not fit (one queue, `BENCH_APF_QUEUE_LENGTH` deep, 50 unless
+/// set: a request beyond that is refused with 429); the FlowSchema puts
+/// every request of `bench-peer` there. APF
+/// exempts `system:masters` (only the `exempt` FlowSchema may have
+/// precedence 1, and it matches that group), which is `bench-peer`'s group
+/// in the other runs, so these runs use a certificate of their own for the
+/// same user in group [`APF_GROUP`] ([`apf_identity`]).
+pub(crate) const APF_LEVEL: &str = "bench-peer-cap";
+pub(crate) const APF_GROUP: &str = "bench-peers";
+
+pub(crate) fn peers(s: &Settings) -> Vec<Peer> {
+    let all = [
+        Peer {
+            id: "training-operator-default",
+            label: "training-operator (defaults: 1 thread, QPS 20/30)",
+            kind: PeerKind::TrainingOperator {
+                qps: 20,
+                burst: 30,
+                threads: 1,
+            },
+            apf: false,
+        },
+        Peer {
+            id: "training-operator-matched",
+            label: "training-operator (matched: 4 threads, QPS 20/30)",
+            kind: PeerKind::TrainingOperator {
+                qps: MATCHED_QPS,
+                burst: MATCHED_BURST,
+                threads: MATCHED_WORKERS,
+            },
+            apf: false,
+        },
+        Peer {
+            id: "ours-default",
+            label: "tfjob-operator (defaults: 4 workers, no client limit)",
+            kind: PeerKind::Ours {
+                qps: 0,
+                burst: 30,
+                workers: 4,
+            },
+            apf: false,
+        },
+        Peer {
+            id: "ours-base",
+            label: "tfjob-operator, BENCH_BASE_OPERATOR_BIN's build (defaults)",
+            kind: PeerKind::Ours {
+                qps: 0,
+                burst: 30,
+                workers: 4,
+            },
+            apf: false,
+        },
+        Peer {
+            id: "ours-matched",
+            label: "tfjob-operator (matched: 4 workers, QPS 20/30)",
+            kind: PeerKind::Ours {
+                qps: MATCHED_QPS,
+                burst: MATCHED_BURST,
+                workers: MATCHED_WORKERS,
+            },
+            apf: false,
+        },
+        Peer {
+            id: "ours-at-to-rate",
+            label: "tfjob-operator (4 workers, client QPS = training-operator's measured request rate)",
+            kind: PeerKind::OursAtRateOf {
+                of: &["training-operator-matched", "training-operator-default"],
+                workers: MATCHED_WORKERS,
+            },
+            apf: false,
+        },
+        Peer {
+            id: "training-operator-apf",
+            label: "training-operator (4 threads, QPS 20/30, under an APF cap)",
+            kind: PeerKind::TrainingOperator {
+                qps: MATCHED_QPS,
+                burst: MATCHED_BURST,
+                threads: MATCHED_WORKERS,
+            },
+            apf: true,
+        },
+        Peer {
+            id: "ours-apf",
+            label: "tfjob-operator (4 workers, no client limit, under an APF cap)",
+            kind: PeerKind::Ours {
+                qps: 0,
+                burst: 30,
+                workers: MATCHED_WORKERS,
+            },
+            apf: true,
+        },
+        Peer {
+            id: "raw",
+            label: "raw limit (bare client, 16 concurrent creates)",
+            kind: PeerKind::Raw,
+            apf: false,
+        },
+    ];
+    all.into_iter()
+        .filter(|p| s.peers.iter().any(|id| id == p.id))
+        .collect()
+}
+
+/// A started peer: the child process and where its output goes.
+pub(crate) struct PeerProcess {
+    pub(crate) child: Child,
+    pub(crate) log: PathBuf,
+}
+
+impl PeerProcess {
+    pub(crate) fn spawn(mut cmd: Command, log: &Path, stdin: bool) -> anyhow::Result<Self> {
+        let out = std::fs::File::create(log)?;
+        cmd.stdout(out.try_clone()?).stderr(out);
+        cmd.stdin(if stdin { Stdio::piped() } else { Stdio::null() });
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("failed to start {cmd:?}"))?;
+        Ok(Self {
+            child,
+            log: log.to_owned(),
+        })
+    }
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+    pub(crate) fn check_alive(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            let last = tail(&self.log, 1);
+            bail!(
+                "the peer exited ({status}): {last} (log: {})",
+                self.log.display()
+            );
+        }
+        Ok(())
+    }
+    pub(crate) fn log_contains(&self, needle: &str) -> bool {
+        std::fs::read_to_string(&self.log).is_ok_and(|s| s.contains(needle))
+    }
+    /// CPU seconds (user + system) from `/proc/<pid>/stat`; clock ticks are
+    /// 100 per second on every Linux this runs on (USER_HZ).
+    pub(crate) fn cpu_seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;
+        let after = stat.rsplit_once(')')?.1;
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let utime: f64 = fields.get(11)?.parse().ok()?;
+        let stime: f64 = fields.get(12)?.parse().ok()?;
+        Some((utime + stime) / 100.0)
+    }
+    /// Peak resident set size (VmHWM) in MB.
+    pub(crate) fn peak_rss_mb(&self) -> Option<f64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb / 1024.0)
+    }
+    /// SIGTERM, then SIGKILL after 20 s.
+    pub(crate) fn stop(mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub(crate) fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+pub(crate) fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// True when `GET http://127.0.0.1:{port}{path}` answers 200.
+pub(crate) fn http_ok(port: u16, path: &str) -> bool {
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 32];
+    let n = s.read(&mut buf).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n]).split_whitespace().nth(1) == Some("200")
+}
+
+/// What training-operator needs out of the cluster before it starts its
+/// controllers (notes/local-control-plane.md): the webhook Secret (its cert
+/// rotator fills it) and a ValidatingWebhookConfiguration of that name. Ours
+/// has one webhook that matches no real resource, so no TFJob create ever waits
+/// on a webhook that cannot be reached from the API server: the bench measures
+/// the controller, not a broken admission path.
+pub(crate) async fn prepare_training_operator(client: &Client) -> anyhow::Result<()> {
+    ensure_namespace(client, KUBEFLOW_NS).await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), KUBEFLOW_NS);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "training-operator-webhook-cert", "namespace": KUBEFLOW_NS}
+    }))?;
+    match secrets.create(&PostParams::default(), &secret).await {
+        Ok(_) => {}
+        Err(e) if is_conflict(&e) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let vwc: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": "validator.training-operator.kubeflow.org"},
+        "webhooks": [{
+            "name": "validator.tfjob.training-operator.kubeflow.org",
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": "https://127.0.0.1:1/validate-bench-none"},
+            "failurePolicy": "Ignore",
+            "sideEffects": "None",
+            "timeoutSeconds": 1,
+            "rules": [{"apiGroups": ["bench.invalid"], "apiVersions": ["v1"],
+                       "operations": ["CREATE"], "resources": ["none"]}]
+        }]
+    }))?;
+    match vwcs.create(&PostParams::default(), &vwc).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_conflict(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Copies the rotator's certificates from the Secret to the directory its
+/// webhook server reads (a volume mount in a cluster). Returns whether they are there.
+pub(crate) async fn sync_kubeflow_certs(client: &Client) -> anyhow::Result<bool> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), KUBEFLOW_NS);
+    let Some(secret) = secrets.get_opt("training-operator-webhook-cert").await? else {
+        return Ok(false);
+    };
+    let data = secret.data.unwrap_or_default();
+    let keys = ["tls.crt", "tls.key", "ca.crt"];
+    if !keys
+        .iter()
+        .all(|k| data.get(*k).is_some_and(|v| !v.0.is_empty()))
+    {
+        return Ok(false);
+    }
+    std::fs::create_dir_all(KUBEFLOW_CERT_DIR)?;
+    for k in keys {
+        let path = Path::new(KUBEFLOW_CERT_DIR).join(k);
+        let bytes = &data[k].0;
+        if std::fs::read(&path).ok().as_ref() != Some(bytes) {
+            std::fs::write(&path, bytes)?;
+        }
+    }
+    Ok(true)
+}
+
+/// Starts `peer` and waits until it is ready to work (caches synced, workers
+/// started), so start-up is not part of the measured times.
+pub(crate) async fn start_peer(
+    s: &Settings,
+    admin: &Client,
+    peer: &Peer,
+    workload: &Workload,
+    logs: &Path,
+) -> anyhow::Result<PeerProcess> {
+    let kubeconfig = if peer.apf {
+        apf_identity(s, admin).await?
+    } else {
+        s.cluster_dir.join("kubeconfigs").join(PEER_USER)
+    };
+    let log = logs.join(format!("{}-{}.log", workload.id, peer.id));
+    let deadline = Duration::from_secs(180);
+    match peer.kind {
+        PeerKind::TrainingOperator {
+            qps,
+            burst,
+            threads,
+        } => {
+            prepare_training_operator(admin).await?;
+            let (metrics, probe, webhook) = (free_port()?, free_port()?, free_port()?);
+            let mut cmd = Command::new(s.kubeflow_dir.join("bin/training-operator.v1"));
+            cmd.env("KUBECONFIG", &kubeconfig)
+                .env_remove("MY_POD_NAMESPACE")
+                .arg("--enable-scheme=tfjob")
+                .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
+                .arg(format!("--health-probe-bind-address=127.0.0.1:{probe}"))
+                .arg(format!("--webhook-server-port={webhook}"))
+                .arg(format!("--controller-threads={threads}"));
+            // v1.9.0 has no QPS flags (v1.9.1 added them): its client gets
+            // controller-runtime's GetConfig default of 20/30, which is the
+            // matched setting. Pass them only to ask for something else.
+            if (qps, burst) != (20, 30) {
+                cmd.arg(format!("--kube-api-qps={qps}"))
+                    .arg(format!("--kube-api-burst={burst}"));
+            }
+            let mut p = PeerProcess::spawn(cmd, &log, false)?;
+            let started = Instant::now();
+            loop {
+                p.check_alive()?;
+                let certs = sync_kubeflow_certs(admin).await?;
+                if certs && http_ok(probe, "/readyz") && p.log_contains("Starting workers") {
+                    return Ok(p);
+                }
+                if started.elapsed() > deadline {
+                    p.stop();
+                    bail!(
+                        "training-operator not ready after {deadline:?} (log: {})",
+                        log.display()
+                    );
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        }
+        PeerKind::Ours {
+            qps,
+            burst,
+            workers,
+        } => {
+            let (metrics, probe) = (free_port()?, free_port()?);
+            let bin = match (peer.id, &s.base_operator_bin) {
+                ("ours-base", Some(base)) => base,
+                ("ours-base", None) => bail!("ours-base needs BENCH_BASE_OPERATOR_BIN"),
+                _ => &s.operator_bin,
+            };
+            let mut cmd = Command::new(bin);
+            cmd.env("KUBECONFIG", &kubeconfig)
+                .arg("run")
+                .arg("--leader-elect=false")
+                .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
+                .arg(format!("--health-probe-bind-address=127.0.0.1:{probe}"))
+                .arg(format!("--workers={workers}"))
+                .arg(format!("--kube-api-qps={qps}"))
+                .arg(format!("--kube-api-burst={burst}"));
+            let mut p = PeerProcess::spawn(cmd, &log, false)?;
+            let started = Instant::now();
+            loop {
+                p.check_alive()?;
+                if http_ok(probe, "/readyz") {
+                    return Ok(p);
+                }
+                if started.elapsed() > deadline {
+                    p.stop();
+                    bail!(
+                        "tfjob-operator not ready after {deadline:?} (log: {})",
+                        log.display()
+                    );
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        }
+        PeerKind::OursAtRateOf { .. } => {
+            bail!("the rate of the peer to match was not measured in this workload")
+        }
+        PeerKind::Raw => {
+            let plan = logs.join(format!("{}-raw-plan.json", workload.id));
+            let jobs: Vec<Value> = workload
+                .job_names()
+                .into_iter()
+                .map(|name| json!({"name": name, "replicas": workload.replicas()}))
+                .collect();
+            std::fs::write(
+                &plan,
+                serde_json::to_vec(&json!({"namespace": BENCH_NS, "jobs": jobs}))?,
+            )?;
+            let mut cmd = Command::new(std::env::current_exe()?);
+            cmd.env("KUBECONFIG", &kubeconfig)
+                .arg("raw-peer")
+                .arg(&plan);
+            let mut p = PeerProcess::spawn(cmd, &log, true)?;
+            let started = Instant::now();
+            loop {
+                p.check_alive()?;
+                if p.log_contains("raw-peer: ready") {
+                    return Ok(p);
+                }
+                if started.elapsed() > deadline {
+                    p.stop();
+                    bail!("raw peer not ready after {deadline:?}");
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        }
+    }
+}

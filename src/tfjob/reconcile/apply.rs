@@ -1,0 +1,352 @@
+//! **Apply**: the plan's writes (creates and deletes of Pods and Services,
+//! the TTL's delete of the job), expectations raised before the first.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::Resource;
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use tracing::Instrument;
+
+use crate::api::constants::event;
+use crate::api::defaults::normalize;
+use crate::api::types::TFJob;
+use crate::runtime::cache::key::ObjectKey;
+use crate::runtime::client::span_status::write_span;
+use crate::runtime::client::unread;
+
+use crate::tfjob::children::{ChildContext, owner_reference};
+use crate::tfjob::creation_events::creation_event;
+use crate::tfjob::plan::{Action, Plan};
+
+use super::{SyncError, TfJobReconciler, child_name, is_status, write_error};
+
+impl TfJobReconciler {
+    pub(super) async fn apply(
+        &self,
+        key: &ObjectKey,
+        job: &Arc<TFJob>,
+        plan: &Plan,
+    ) -> Result<(), SyncError> {
+        let namespace = job.metadata.namespace.clone().unwrap_or_default();
+        // What planned Pods are built from, once per apply (the plan did
+        // the same; a bad spec plans no Pod).
+        let job_name = job.metadata.name.as_deref().unwrap_or_default();
+        let spec = normalize(job_name, &job.spec).ok();
+        let owner = owner_reference(job);
+        let pods = PodWrites {
+            api: Api::namespaced(self.client.clone(), &namespace),
+            children: spec.as_ref().zip(owner.as_ref()).map(|(spec, owner)| {
+                ChildContext::new(
+                    job_name,
+                    &namespace,
+                    spec,
+                    owner,
+                    self.plan_config.cluster_domain.as_deref(),
+                )
+            }),
+        };
+        let services: Api<Service> = Api::namespaced(self.client.clone(), &namespace);
+        let jobs: Api<TFJob> = Api::namespaced(self.client.clone(), &namespace);
+
+        // Raise expectations before the first write, so an informer event
+        // that beats our bookkeeping still finds it.
+        let creates = plan
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::CreatePod { .. } | Action::CreateService(_)))
+            .count();
+        let deleted_uids: Vec<&str> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeletePod { uid: Some(uid), .. } => Some(uid.as_str()),
+                _ => None,
+            })
+            .collect();
+        if creates > 0 {
+            self.expectations.expect_creations(key, creates);
+        }
+        if !deleted_uids.is_empty() {
+            self.expectations.expect_deletions(key, &deleted_uids);
+        }
+
+        let writes: Vec<_> = plan
+            .actions
+            .iter()
+            .enumerate()
+            .map(|(i, action)| {
+                let write = self.apply_one(key, job, action, &pods, &services, &jobs);
+                async move { (i, write.await) }
+            })
+            .collect();
+        let mut results: Vec<(usize, Result<Option<Created>, SyncError>)> =
+            futures::stream::iter(writes)
+                .buffer_unordered(self.write_concurrency.max(1))
+                .collect()
+                .await;
+        // In the plan's order (replica type, then index), whatever order the
+        // concurrent writes finished in.
+        results.sort_by_key(|(i, _)| *i);
+        let (mut created_pods, mut created_services) = (Vec::new(), Vec::new());
+        let mut first_error = Ok(());
+        for (_, result) in results {
+            match result {
+                Ok(Some(Created::Pod(name))) => created_pods.push(name),
+                Ok(Some(Created::Service(name))) => created_services.push(name),
+                Ok(None) => {}
+                Err(e) => {
+                    if first_error.is_ok() {
+                        first_error = Err(e);
+                    }
+                }
+            }
+        }
+        // One Event per kind for the whole pass (see `super::creation_events`).
+        for (kind, reason, names) in [
+            ("pod", event::SUCCESSFUL_CREATE_POD, &created_pods),
+            (
+                "service",
+                event::SUCCESSFUL_CREATE_SERVICE,
+                &created_services,
+            ),
+        ] {
+            if let Some((message, count)) = creation_event(kind, names) {
+                self.recorder.publish_counted(
+                    job.as_ref(),
+                    crate::runtime::events::EventType::Normal,
+                    reason,
+                    message,
+                    count,
+                );
+            }
+        }
+        first_error
+    }
+
+    /// Creates one child and returns its name if it was created (the pass
+    /// records one Event for all its creates, [`super::creation_events`]); a
+    /// failure gets its own Warning at once. A child that
+    /// already exists (409) was created by an earlier run whose informer had
+    /// not caught up: it will be observed (or adopted) like any other, so it
+    /// is not an error; its expectation is lowered since no create will be seen.
+    async fn create_child<K>(
+        &self,
+        key: &ObjectKey,
+        job: &TFJob,
+        api: &Api<K>,
+        child: &K,
+        kind: &'static str,
+        failed: &'static str,
+    ) -> Result<Option<String>, SyncError>
+    where
+        K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let name = child_name(child);
+        let span = write_span("create", kind, &name);
+        // The created child is not decoded: the informer brings it.
+        match unread::create(&self.client, api, &PostParams::default(), child)
+            .instrument(span)
+            .await
+        {
+            Ok(()) => Ok(Some(name)),
+            Err(e) if is_status(&e, 409) => {
+                self.expectations.creation_failed(key);
+                Ok(None)
+            }
+            Err(source) => {
+                self.expectations.creation_failed(key);
+                // Throttling is not the user's failure to read about, and an
+                // Event would be one more request to a server that asked for fewer.
+                if !is_status(&source, 429) {
+                    self.recorder
+                        .warning(job, failed, format!("Error creating: {source}"));
+                }
+                Err(write_error("create", kind, name, source))
+            }
+        }
+    }
+
+    async fn apply_one(
+        &self,
+        key: &ObjectKey,
+        job: &Arc<TFJob>,
+        action: &Action,
+        pods: &PodWrites<'_>,
+        services: &Api<Service>,
+        jobs: &Api<TFJob>,
+    ) -> Result<Option<Created>, SyncError> {
+        let job = job.as_ref();
+        match action {
+            Action::CreatePod { rtype, index, name } => {
+                // Built now, not when planned: see `Action::CreatePod`.
+                let built = pods.children.as_ref().and_then(|c| c.pod(*rtype, *index));
+                let Some(pod) = built else {
+                    tracing::warn!(job = %key, pod = %name, "the planned Pod could not be built");
+                    return Ok(None);
+                };
+                self.create_child(key, job, &pods.api, &pod, "pod", event::FAILED_CREATE_POD)
+                    .await
+                    .map(|c| c.map(Created::Pod))
+            }
+            Action::CreateService(svc) => {
+                let failed = event::FAILED_CREATE_SERVICE;
+                self.create_child(key, job, services, svc, "service", failed)
+                    .await
+                    .map(|c| c.map(Created::Service))
+            }
+            Action::DeletePod { name, uid, force } => self
+                .delete_pod(key, job, &pods.api, name, uid.as_deref(), *force)
+                .await
+                .map(|()| None),
+            Action::DeleteService { name } => self
+                .delete_service(job, services, name)
+                .await
+                .map(|()| None),
+            Action::DeleteJob => self.delete_job(job, jobs).await.map(|()| None),
+        }
+    }
+
+    async fn delete_pod(
+        &self,
+        key: &ObjectKey,
+        job: &TFJob,
+        pods: &Api<Pod>,
+        name: &str,
+        uid: Option<&str>,
+        force: bool,
+    ) -> Result<(), SyncError> {
+        let params = DeleteParams {
+            preconditions: uid.map(|uid| Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            grace_period_seconds: force.then_some(0),
+            ..DeleteParams::default()
+        };
+        match pods
+            .delete(name, &params)
+            .instrument(write_span("delete", "pod", name))
+            .await
+        {
+            Ok(_) if force => {
+                self.recorder.warning(
+                    job,
+                    event::FORCE_DELETED_POD,
+                    format!(
+                        "Force-deleted pod: {name} (disrupted, and still terminating after its grace period: its node stopped responding)"
+                    ),
+                );
+                Ok(())
+            }
+            Ok(_) => {
+                self.recorder.normal(
+                    job,
+                    event::SUCCESSFUL_DELETE_POD,
+                    format!("Deleted pod: {name}"),
+                );
+                Ok(())
+            }
+            // Already gone (404) or replaced by a newer Pod (409 on the
+            // uid precondition): nothing left to delete.
+            Err(e) if is_status(&e, 404) || is_status(&e, 409) => {
+                if let Some(uid) = uid {
+                    self.expectations.deletion_failed(key, uid);
+                }
+                Ok(())
+            }
+            Err(source) => {
+                if let Some(uid) = uid {
+                    self.expectations.deletion_failed(key, uid);
+                }
+                self.recorder.warning(
+                    job,
+                    event::FAILED_DELETE_POD,
+                    format!("Error deleting: {source}"),
+                );
+                Err(write_error("delete", "pod", name.to_owned(), source))
+            }
+        }
+    }
+
+    async fn delete_service(
+        &self,
+        job: &TFJob,
+        services: &Api<Service>,
+        name: &str,
+    ) -> Result<(), SyncError> {
+        match services
+            .delete(name, &DeleteParams::default())
+            .instrument(write_span("delete", "service", name))
+            .await
+        {
+            Ok(_) => {
+                self.recorder.normal(
+                    job,
+                    event::SUCCESSFUL_DELETE_SERVICE,
+                    format!("Deleted service: {name}"),
+                );
+                Ok(())
+            }
+            Err(e) if is_status(&e, 404) => Ok(()),
+            Err(source) => {
+                self.recorder.warning(
+                    job,
+                    event::FAILED_DELETE_SERVICE,
+                    format!("Error deleting: {source}"),
+                );
+                Err(write_error("delete", "service", name.to_owned(), source))
+            }
+        }
+    }
+
+    async fn delete_job(&self, job: &TFJob, jobs: &Api<TFJob>) -> Result<(), SyncError> {
+        let name = job.metadata.name.clone().unwrap_or_default();
+        let params = DeleteParams {
+            preconditions: job.metadata.uid.clone().map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        match jobs
+            .delete(&name, &params)
+            .instrument(write_span("delete", "tfjob", &name))
+            .await
+        {
+            Ok(_) => {
+                self.metrics
+                    .record_deleted(job.metadata.namespace.as_deref().unwrap_or_default());
+                self.recorder.normal(
+                    job,
+                    event::SUCCESSFUL_DELETE_JOB,
+                    format!("Deleted job: {name} (ttlSecondsAfterFinished passed)"),
+                );
+                Ok(())
+            }
+            Err(e) if is_status(&e, 404) => Ok(()),
+            Err(source) => {
+                self.recorder.warning(
+                    job,
+                    event::FAILED_DELETE_JOB,
+                    format!("Error deleting: {source}"),
+                );
+                Err(write_error("delete", "tfjob", name, source))
+            }
+        }
+    }
+}
+
+/// Where a job's Pods are written: the API, and what a planned Pod is
+/// built from when its create is sent (see `Action::CreatePod`).
+struct PodWrites<'a> {
+    api: Api<Pod>,
+    children: Option<ChildContext<'a>>,
+}
+
+/// A child one write created, by name (for the pass's creation Events).
+enum Created {
+    Pod(String),
+    Service(String),
+}
