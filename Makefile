@@ -114,6 +114,14 @@ dashboard-pictures: cluster-tools ## Redraw docs/dashboard/*.png: the dashboard'
 e2e-kubeflow-crd: cluster-tools ## Only the core e2e scenarios under Kubeflow's own TFJob CRD (crd.install=false users), on a fresh local cluster
 	bash e2e/run-suite.sh --kubeflow-crd-only
 
+# The other supported Kubernetes version (e2e/k8s/<version>/; the default is
+# KUBE_VERSION in e2e/versions.env): the core scenarios must pass on it too.
+OTHER_KUBE_VERSION ?= v1.34.4
+.PHONY: e2e-other-version
+e2e-other-version: ## The core e2e scenarios (smoke, the TFJob lifecycle, gangs without the Workload API) on the other supported Kubernetes version (OTHER_KUBE_VERSION, default v1.34.4), on a fresh local cluster
+	KUBE_VERSION=$(OTHER_KUBE_VERSION) bash e2e/tools.sh
+	KUBE_VERSION=$(OTHER_KUBE_VERSION) bash e2e/run-suite.sh --core-only
+
 .PHONY: kueue-up
 kueue-up: cluster-tools ## Start Kueue next to the running local cluster (stop: make kueue-down)
 	bash e2e/kueue.sh up

@@ -35,6 +35,11 @@ source "$(dirname "$0")/lib.sh"
 mkdir -p "$TFJOB_CLUSTER_DIR"
 D="$(cd "$TFJOB_CLUSTER_DIR" && pwd)"
 PKI="$D/pki"
+# restart and status act on the cluster `up` started, whatever KUBE_VERSION
+# says now (`up` records it in the env file).
+if [[ "${1:-}" != up && -f "$D/env" ]] && grep -q '^export KUBE_VERSION=' "$D/env"; then
+  KUBE_VERSION=$(sed -n 's/^export KUBE_VERSION=//p' "$D/env")
+fi
 BIN="$(bin_dir)"
 # Shutdown order (reverse for start): the kubelet stand-in and the clients of
 # the API server first, etcd last: an API server whose etcd is gone hangs on
@@ -223,6 +228,7 @@ export KUBECONFIG=$D/kubeconfig
 export PATH=$BIN:\$PATH
 export ETCD_URL=http://127.0.0.1:$ETCD_PORT
 export KUBE_APISERVER_URL=https://127.0.0.1:$APISERVER_PORT
+export KUBE_VERSION=$KUBE_VERSION
 EOF
 }
 
@@ -273,9 +279,22 @@ EOF
   echo --audit-policy-file "$D/audit-policy.yaml" --audit-log-path "$D/logs/audit.log" --audit-log-maxsize 0
 }
 
+# Gang scheduling (KEP-4671): from 1.37 the Workload and PodGroup API
+# (scheduling.k8s.io/v1beta1) is beta but off by default. One gate,
+# GenericWorkload, turns on its storage in the API server, the PodGroup
+# protection controller (and its admission finalizer) in the controller-manager
+# and the GangScheduling plugin in the scheduler; the beta API version must
+# also be served (--runtime-config). Before 1.37 none of this is set: 1.34 has
+# no such API, and the operator must behave as before on it.
+workload_api_flags() {
+  (($(kube_minor) >= 37)) || return 0
+  echo --feature-gates GenericWorkload=true
+  if [[ "$1" == kube-apiserver ]]; then echo --runtime-config scheduling.k8s.io/v1beta1=true; fi
+}
+
 start_apiserver() {
-  # shellcheck disable=SC2046 # audit_flags prints whole words without spaces in them
-  start_component kube-apiserver "$BIN/kube-apiserver" $(audit_flags) \
+  # shellcheck disable=SC2046 # audit_flags and workload_api_flags print whole words without spaces in them
+  start_component kube-apiserver "$BIN/kube-apiserver" $(audit_flags) $(workload_api_flags kube-apiserver) \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
@@ -302,7 +321,8 @@ start_apiserver() {
 }
 
 start_controller_manager() {
-  start_component kube-controller-manager "$BIN/kube-controller-manager" \
+  # shellcheck disable=SC2046 # whole words
+  start_component kube-controller-manager "$BIN/kube-controller-manager" $(workload_api_flags kube-controller-manager) \
     --kubeconfig "$D/kubeconfigs/controller-manager" \
     --authentication-kubeconfig "$D/kubeconfigs/controller-manager" \
     --authorization-kubeconfig "$D/kubeconfigs/controller-manager" \
@@ -316,7 +336,8 @@ start_controller_manager() {
 }
 
 start_scheduler() {
-  start_component kube-scheduler "$BIN/kube-scheduler" \
+  # shellcheck disable=SC2046 # whole words
+  start_component kube-scheduler "$BIN/kube-scheduler" $(workload_api_flags kube-scheduler) \
     --kubeconfig "$D/kubeconfigs/scheduler" \
     --authentication-kubeconfig "$D/kubeconfigs/scheduler" \
     --authorization-kubeconfig "$D/kubeconfigs/scheduler" \

@@ -17,9 +17,23 @@ TOOLS_DIR="$TFJOB_CACHE_DIR/tools"
 
 # One directory per tool and version; a version bump builds into a new one.
 kube_dir() { echo "$TOOLS_DIR/kubernetes-$KUBE_VERSION"; }
+# The wrapper Go module that builds this Kubernetes version's commands
+# (kube-apiserver, ..., kubelet, kube-proxy): e2e/k8s/<version>/.
+k8s_module_dir() {
+  local dir="$E2E_DIR/k8s/$KUBE_VERSION"
+  [[ -f "$dir/go.mod" ]] || die "no wrapper module for Kubernetes $KUBE_VERSION in e2e/k8s/ (supported: $(cd "$E2E_DIR/k8s" && ls -d v1.* | tr '\n' ' ')): run e2e/k8s/regen.sh $KUBE_VERSION"
+  echo "$dir"
+}
+# The Kubernetes minor, e.g. 37 for v1.37.2.
+kube_minor() {
+  local minor="${KUBE_VERSION#v1.}"
+  echo "${minor%%.*}"
+}
 etcd_dir() { echo "$TOOLS_DIR/etcd-$ETCD_VERSION"; }
 kwok_dir() { echo "$TOOLS_DIR/kwok-$KWOK_VERSION"; }
-helm_dir() { echo "$TOOLS_DIR/helm-$HELM_VERSION"; }
+# Helm is stamped with the Kubernetes minor it defaults to (tools.sh), so its
+# directory is keyed by that minor too.
+helm_dir() { echo "$TOOLS_DIR/helm-$HELM_VERSION-k8s-1.$(kube_minor)"; }
 # The directory put first on PATH: symlinks to exactly this set of versions.
 bin_dir() { echo "$TOOLS_DIR/bin-k8s-$KUBE_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-helm-$HELM_VERSION"; }
 

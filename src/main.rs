@@ -28,6 +28,7 @@ use tfjob_operator::runtime::manager::leader_election::LeaderElectionConfig;
 use tfjob_operator::runtime::manager::server::{HttpServer, SecureMetrics};
 use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
 use tfjob_operator::tfjob::controller::{Options, setup};
+use tfjob_operator::tfjob::gang;
 use tfjob_operator::tfjob::schema::{CRD_NAME, StatusSchema};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::Layer;
@@ -241,6 +242,11 @@ async fn run(
     manager
         .readiness()
         .add_detail(format!("crd {CRD_NAME}: {status_schema}"));
+    let gang = gang::detect(&client, args.gang_scheduling)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    tracing::info!(setting = ?gang.setting, "{}", gang.detail);
+    manager.readiness().add_detail(gang.detail.clone());
     if args.metrics_secure {
         let tls = MetricsTls::new(args.metrics_cert_dir.as_deref())?;
         tracing::info!(
@@ -270,6 +276,7 @@ async fn run(
         status_schema,
         force_delete_stuck_after: (args.force_delete_stuck_pods_after_seconds > 0)
             .then(|| Duration::from_secs(args.force_delete_stuck_pods_after_seconds)),
+        gang: gang.setting,
     };
     setup(&mut manager, InformerFactory::new(client), &options)?;
     if let Some(server) = trace_ui {

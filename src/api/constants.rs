@@ -116,6 +116,9 @@ pub mod reason {
     pub const BACKOFF_LIMIT_EXCEEDED: &str = "BackoffLimitExceeded";
     pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// Ours: the reason of the `Created` condition (and a Warning) while the
+    /// job's gang cannot be placed (`src/tfjob/gang.rs`).
+    pub const GANG_UNSCHEDULABLE: &str = "GangUnschedulable";
 }
 
 /// Event reasons (Kubeflow's).
@@ -131,8 +134,20 @@ pub mod event {
     pub const SUCCESSFUL_DELETE_SERVICE: &str = "SuccessfulDeleteService";
     pub const FAILED_DELETE_SERVICE: &str = "FailedDeleteService";
     pub const EXITED_WITH_CODE: &str = "ExitedWithCode";
-    /// Ours: `runPolicy.schedulingPolicy` is set but nothing honours it.
+    /// Ours: `runPolicy.schedulingPolicy` is set but nothing honours it
+    /// (or, with a gang, the parts of it the PodGroup API has no place for).
     pub const SCHEDULING_POLICY_IGNORED: &str = "SchedulingPolicyIgnored";
+    /// Ours: the job's PodGroup (`src/tfjob/gang.rs`).
+    pub const SUCCESSFUL_CREATE_POD_GROUP: &str = "SuccessfulCreatePodGroup";
+    pub const FAILED_CREATE_POD_GROUP: &str = "FailedCreatePodGroup";
+    pub const SUCCESSFUL_UPDATE_POD_GROUP: &str = "SuccessfulUpdatePodGroup";
+    pub const FAILED_UPDATE_POD_GROUP: &str = "FailedUpdatePodGroup";
+    pub const SUCCESSFUL_DELETE_POD_GROUP: &str = "SuccessfulDeletePodGroup";
+    pub const FAILED_DELETE_POD_GROUP: &str = "FailedDeletePodGroup";
+    /// Ours: no Pod is created while an old PodGroup of the job's name is there.
+    pub const WAITING_FOR_POD_GROUP: &str = "WaitingForPodGroup";
+    /// Ours: the job's gang cannot be placed (how many Pods fit of how many).
+    pub const GANG_UNSCHEDULABLE: &str = "GangUnschedulable";
     pub const SET_POD_TEMPLATE_RESTART_POLICY: &str = "SetPodTemplateRestartPolicy";
     pub const JOB_TERMINATED: &str = "JobTerminated";
     pub const SUCCESSFUL_DELETE_JOB: &str = "SuccessfulDeleteJob";

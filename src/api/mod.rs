@@ -7,4 +7,5 @@ pub mod constants;
 pub mod crd;
 pub mod defaults;
 pub mod fixtures;
+pub mod pod_group;
 pub mod types;

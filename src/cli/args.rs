@@ -7,6 +7,7 @@
 use clap::{Parser, Subcommand, ValueEnum};
 
 use super::flags::{BindAddress, GoDuration};
+use crate::tfjob::gang::GangMode;
 
 #[derive(Parser)]
 #[command(
@@ -114,6 +115,11 @@ pub struct RunArgs {
     /// Parallel API writes within one reconcile (creating a big job's Pods).
     #[arg(long, env = "TFJOB_WRITE_CONCURRENCY", default_value_t = 16)]
     pub write_concurrency: usize,
+    /// Gang scheduling with Kubernetes' own PodGroups (scheduling.k8s.io/v1beta1):
+    /// auto gangs the jobs that set runPolicy.schedulingPolicy when the API is
+    /// served; on gangs every job (and refuses to start without the API); off never.
+    #[arg(long, env = "TFJOB_GANG_SCHEDULING", value_enum, default_value_t = GangMode::Auto)]
+    pub gang_scheduling: GangMode,
     /// Client-side API rate limit in requests per second (0: off, rely on the
     /// API server's priority and fairness, as controller-runtime does).
     #[arg(long, env = "KUBE_API_QPS", default_value_t = 0.0)]

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use crate::api::constants::LABEL_JOB_NAME;
+use crate::api::pod_group::PodGroup;
 use crate::api::types::TFJob;
 use crate::runtime::cache::factory::{FactoryError, InformerFactory, WatchConfig};
 use crate::runtime::cache::informer::SharedInformer;
@@ -17,6 +18,7 @@ use crate::runtime::controller::{Action, Controller, ControllerError, ReconcileE
 use crate::runtime::manager::Manager;
 
 use super::cached::{CachedPod, CachedService, slim_status};
+use super::gang::GangScheduling;
 use super::metrics::JobMetrics;
 use super::observer::ExpectationsObserver;
 use super::plan::PlanConfig;
@@ -40,6 +42,8 @@ pub struct Options {
     pub status_schema: StatusSchema,
     /// See [`PlanConfig::force_delete_stuck_after`].
     pub force_delete_stuck_after: Option<std::time::Duration>,
+    /// Whether jobs get a PodGroup, decided at startup ([`super::gang`]).
+    pub gang: GangScheduling,
 }
 
 /// Why the controller could not be set up.
@@ -56,6 +60,9 @@ pub struct Informers {
     pub jobs: SharedInformer<TFJob>,
     pub pods: SharedInformer<CachedPod>,
     pub services: SharedInformer<CachedService>,
+    /// Only when gangs are in use: a server without the API has nothing
+    /// to list, and `--gang-scheduling=off` needs no permission on them.
+    pub pod_groups: Option<SharedInformer<PodGroup>>,
 }
 
 /// Creates the informers: TFJobs, and only the Pods and Services that carry
@@ -65,6 +72,7 @@ pub struct Informers {
 pub fn informers(
     factory: &InformerFactory,
     namespace: Option<&str>,
+    gang: GangScheduling,
 ) -> Result<Informers, FactoryError> {
     // Children are cached as their metadata and (Pods) the status the
     // controller reads, decoded without their specs: see `super::cached`.
@@ -79,10 +87,16 @@ pub fn informers(
     let services = factory.view_informer::<CachedService>(scope(Some(LABEL_JOB_NAME)));
     pods.add_index(JOB_NAME_INDEX, label_index_fn(LABEL_JOB_NAME));
     services.add_index(JOB_NAME_INDEX, label_index_fn(LABEL_JOB_NAME));
+    // Every PodGroup in scope, not only ours: a namesake's group must be
+    // seen before a job's Pods would join it (`super::gang::next_step`).
+    let pod_groups = gang
+        .enabled()
+        .then(|| factory.informer::<PodGroup>(scope(None)));
     Ok(Informers {
         jobs: factory.informer::<TFJob>(scope(None)),
         pods,
         services,
+        pod_groups,
     })
 }
 
@@ -110,6 +124,7 @@ pub fn reconciler(
         jobs: informers.jobs.indexer(),
         pods: informers.pods.indexer(),
         services: informers.services.indexer(),
+        pod_groups: informers.pod_groups.as_ref().map(SharedInformer::indexer),
         expectations,
         recorder: manager.event_recorder(COMPONENT),
         metrics: JobMetrics::register(&manager.registry()),
@@ -117,6 +132,7 @@ pub fn reconciler(
             cluster_domain: options.cluster_domain.clone(),
             status_schema: options.status_schema,
             force_delete_stuck_after: options.force_delete_stuck_after,
+            gang: options.gang,
         },
         write_concurrency: options.write_concurrency,
         written: WrittenStatus::default(),
@@ -132,12 +148,18 @@ pub fn setup(
     factory: InformerFactory,
     options: &Options,
 ) -> Result<(), SetupError> {
-    let informers = informers(&factory, options.namespace.as_deref())?;
+    let informers = informers(&factory, options.namespace.as_deref(), options.gang)?;
     let reconciler = reconciler(manager, &informers, options);
-    let controller = Controller::builder("tfjob")
+    let mut builder = Controller::builder("tfjob")
         .for_informer(&informers.jobs)
         .owns(&informers.pods)
-        .owns(&informers.services)
+        .owns(&informers.services);
+    // A group's scheduler verdict, or its deletion after a suspend, wakes
+    // its job up.
+    if let Some(pod_groups) = &informers.pod_groups {
+        builder = builder.owns(pod_groups);
+    }
+    let controller = builder
         .workers(options.workers.max(1))
         .registry(&manager.registry())
         .build(reconciler)?;

@@ -11,10 +11,13 @@ pub mod children;
 pub mod conditions;
 pub mod controller;
 pub mod creation_events;
+pub mod gang;
 pub mod index_set;
 pub mod metrics;
 pub mod observer;
 pub mod plan;
+#[cfg(test)]
+mod plan_gang_tests;
 #[cfg(test)]
 mod plan_tests;
 pub mod read_your_writes;

@@ -45,10 +45,13 @@ use crate::api::types::{
     CleanPodPolicy, ReplicaStatus, RestartPolicy, SuccessPolicy, TFJob, TFJobStatus,
 };
 
+use crate::api::pod_group::PodGroup;
+
 use super::abnormal::{Abnormal, abnormal};
 use super::bookkeeping::Bookkeeping;
 use super::children::{ChildContext, owner_reference, replica_of};
 use super::conditions::{self, is_finished, is_true};
+use super::gang::{self, GangScheduling, Step, Unplaced};
 use super::index_set;
 use super::schema::StatusSchema;
 use super::tf_config::replica_name;
@@ -57,6 +60,9 @@ use super::tf_config::replica_name;
 /// (137 = SIGKILL, 143 = SIGTERM): retryable under `ExitCode`.
 const FIRST_RETRYABLE_EXIT_CODE: i32 = 128;
 
+/// The reason the scheduler gives a Pod it cannot place (`PodScheduled=False`).
+const UNSCHEDULABLE: &str = "Unschedulable";
+
 /// What the plan looks at.
 pub struct Observed<'a> {
     pub job: &'a TFJob,
@@ -64,6 +70,9 @@ pub struct Observed<'a> {
     pub pods: &'a [Arc<CachedPod>],
     /// Services controlled by the job.
     pub services: &'a [Arc<CachedService>],
+    /// The PodGroup named like the job ([`gang::group_name`]), whoever owns
+    /// it; `None` when there is none or gangs are not in use.
+    pub pod_group: Option<&'a PodGroup>,
     pub now: Timestamp,
 }
 
@@ -77,6 +86,8 @@ pub struct PlanConfig {
     /// Force-delete a disrupted Pod still terminating this long after its
     /// grace period ended (its node is gone); `None`: never.
     pub force_delete_stuck_after: Option<Duration>,
+    /// Whether jobs get a PodGroup ([`super::gang`]).
+    pub gang: GangScheduling,
 }
 
 /// One API write the plan asks for.
@@ -104,6 +115,21 @@ pub enum Action {
     DeleteService {
         name: String,
     },
+    /// Create the job's PodGroup. Sent before any `CreatePod` of the pass
+    /// (a Pod whose group does not exist yet only waits, but the group's
+    /// `minCount` must be there before the scheduler counts the Pods).
+    CreatePodGroup(Box<PodGroup>),
+    /// The job was scaled: its PodGroup's `minCount` follows.
+    SetPodGroupMinCount {
+        name: String,
+        min_count: i32,
+    },
+    /// Suspended: the group goes with the Pods (a resumed job gets a fresh
+    /// one); `uid` is a precondition, as for Pods.
+    DeletePodGroup {
+        name: String,
+        uid: Option<String>,
+    },
     /// TTL after finishing has passed.
     DeleteJob,
 }
@@ -130,7 +156,14 @@ pub struct Plan {
     /// New bookkeeping to write *before* any action (a restart is counted
     /// before its Pod is deleted); `None` when nothing worth writing changed.
     pub bookkeeping: Option<Bookkeeping>,
+    /// The PodGroup the Pods this pass creates join
+    /// (`spec.schedulingGroup.podGroupName`); `None`: no group.
+    pub pod_group: Option<String>,
 }
+
+/// How long to wait for an old PodGroup of the job's name to be deleted
+/// before looking again (its deletion also wakes the job up: it is owned).
+const POD_GROUP_WAIT: Duration = Duration::from_secs(2);
 
 impl Plan {
     fn event(&mut self, warning: bool, reason: impl Into<Cow<'static, str>>, message: String) {
@@ -216,16 +249,10 @@ fn plan_into(
             msg,
             &now,
         );
-        if job.spec.run_policy.scheduling_policy.is_some() {
-            p.event(
-                true,
-                event::SCHEDULING_POLICY_IGNORED,
-                "spec.runPolicy.schedulingPolicy is not honoured: this operator does no gang scheduling \
-                 (minAvailable, queue, minResources, scheduleTimeoutSeconds and priorityClass are ignored). \
-                 Queue the job with Kueue instead (label kueue.x-k8s.io/queue-name), and set \
-                 priorityClassName in the replica templates."
-                    .to_owned(),
-            );
+        if let Some(policy) = &job.spec.run_policy.scheduling_policy
+            && let Some(warning) = gang::policy_warning(cfg.gang, policy)
+        {
+            p.event(true, event::SCHEDULING_POLICY_IGNORED, warning);
         }
     }
 
@@ -270,6 +297,15 @@ fn plan_into(
     }
     if spec.suspend {
         suspend(p, name, &children, &now);
+        if let Some(group) = obs.pod_group
+            && let Some(uid) = job.metadata.uid.as_deref()
+            && gang::is_ours_and_live(group, uid)
+        {
+            p.actions.push(Action::DeletePodGroup {
+                name: group.metadata.name.clone().unwrap_or_default(),
+                uid: group.metadata.uid.clone(),
+            });
+        }
         return;
     }
     if is_true(&p.status, condition::SUSPENDED) {
@@ -366,18 +402,29 @@ fn plan_into(
             );
         }
     }
+    // The scheduler's verdict on the job's gang: one Warning for the group
+    // instead of one `Unschedulable` per waiting Pod.
+    let unplaced = if cfg.gang.wants(job) {
+        obs.pod_group.and_then(gang::unplaced)
+    } else {
+        None
+    };
     for (reason, message) in &tally.abnormal {
+        if unplaced.is_some() && reason == UNSCHEDULABLE {
+            continue;
+        }
         p.event(true, reason.clone(), message.clone());
     }
     update_conditions(p, &spec, &tally, name, namespace, &now);
-    explain_unscheduled(p, &tally, name);
+    explain_unscheduled(p, &tally, name, unplaced.as_ref());
     if is_finished(&p.status) {
         finish(p, &spec, &children, obs.now, false, false);
         return;
     }
 
-    // Converge children toward the spec.
-    for &(rtype, index) in &tally.missing_pods {
+    // Converge children toward the spec: the gang's group first.
+    let may_create_pods = !cfg.gang.wants(job) || plan_pod_group(p, obs, &spec, &owner, name);
+    for &(rtype, index) in tally.missing_pods.iter().filter(|_| may_create_pods) {
         if ctx.can_build_pod(rtype) {
             let name = replica_name(name, rtype, index);
             p.actions.push(Action::CreatePod { rtype, index, name });
@@ -404,6 +451,35 @@ fn plan_into(
             p.actions.push(Action::DeleteService { name: name.clone() });
         }
     }
+}
+
+/// The job's PodGroup before its Pods: create it, or set its `minCount`
+/// after scaling. False when no Pod may be created yet (an old group of
+/// the job's name is still there); the Pods created otherwise join the group.
+fn plan_pod_group(
+    p: &mut Plan,
+    obs: &Observed<'_>,
+    spec: &JobSpec<'_>,
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    name: &str,
+) -> bool {
+    let uid = obs.job.metadata.uid.as_deref().unwrap_or_default();
+    let wanted = gang::desired(obs.job, spec, name, owner);
+    match gang::next_step(obs.pod_group, &wanted, uid) {
+        Step::Create => p.actions.push(Action::CreatePodGroup(Box::new(wanted))),
+        Step::SetMinCount(min_count) => p.actions.push(Action::SetPodGroupMinCount {
+            name: gang::group_name(name).to_owned(),
+            min_count,
+        }),
+        Step::Ready => {}
+        Step::Wait(why) => {
+            p.event(false, event::WAITING_FOR_POD_GROUP, why);
+            p.requeue_in(POD_GROUP_WAIT);
+            return false;
+        }
+    }
+    p.pod_group = Some(gang::group_name(name).to_owned());
+    true
 }
 
 fn in_spec(spec: &JobSpec, rtype: ReplicaType, index: i32) -> bool {
@@ -766,12 +842,28 @@ fn update_conditions(
 /// cannot be scheduled says so in its `Created` condition's message (type
 /// and reason stay Kubeflow's), instead of sitting in `Created` with no
 /// clue; the message goes back to plain once nothing is unschedulable.
-fn explain_unscheduled(p: &mut Plan, t: &Tally, name: &str) {
+/// A ganged job whose gang the scheduler could not place says that instead,
+/// with reason `GangUnschedulable` and one Warning ([`super::gang::unplaced`]).
+fn explain_unscheduled(p: &mut Plan, t: &Tally, name: &str, unplaced: Option<&Unplaced>) {
     let started = is_true(&p.status, condition::RUNNING) || is_finished(&p.status);
+    if let Some(unplaced) = unplaced.filter(|_| !started) {
+        let line = unplaced.describe(gang::group_name(name));
+        p.event(true, event::GANG_UNSCHEDULABLE, line.clone());
+        if let Some(created) = p
+            .status
+            .conditions
+            .iter_mut()
+            .find(|c| c.type_ == condition::CREATED)
+        {
+            created.reason = Some(reason::GANG_UNSCHEDULABLE.to_owned());
+            created.message = Some(format!("TFJob {name} is created. Its {line}"));
+        }
+        return;
+    }
     let unschedulable: Vec<&String> = t
         .abnormal
         .iter()
-        .filter(|(reason, _)| reason == "Unschedulable" && !started)
+        .filter(|(reason, _)| reason == UNSCHEDULABLE && !started)
         .map(|(_, message)| message)
         .collect();
     let message = match unschedulable.first() {
@@ -788,6 +880,10 @@ fn explain_unscheduled(p: &mut Plan, t: &Tally, name: &str) {
         .find(|c| c.type_ == condition::CREATED)
     {
         created.message = Some(message);
+        // Placed (or no longer ganged): Kubeflow's reason again.
+        if created.reason.as_deref() == Some(reason::GANG_UNSCHEDULABLE) {
+            created.reason = Some(reason::CREATED.to_owned());
+        }
     }
 }
 

@@ -174,6 +174,7 @@ impl World {
                 job: &self.job,
                 pods: &self.pods,
                 services: &self.services,
+                pod_group: None,
                 now: at(NOW),
             },
             &PlanConfig {

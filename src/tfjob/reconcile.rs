@@ -19,6 +19,7 @@ use std::time::Duration;
 use kube::{Client, Resource};
 use tracing::Instrument;
 
+use crate::api::pod_group::PodGroup;
 use crate::api::types::TFJob;
 use crate::runtime::cache::key::ObjectKey;
 use crate::runtime::cache::store::Indexer;
@@ -33,6 +34,7 @@ use super::status_batch::DeferredStatus;
 
 mod apply;
 mod observe;
+mod pod_group;
 mod status;
 
 use observe::Observation;
@@ -121,6 +123,8 @@ pub struct TfJobReconciler {
     pub jobs: Indexer<TFJob>,
     pub pods: Indexer<CachedPod>,
     pub services: Indexer<CachedService>,
+    /// PodGroups, when gangs are in use ([`super::gang`]).
+    pub pod_groups: Option<Indexer<PodGroup>>,
     pub expectations: Expectations,
     pub recorder: EventRecorder,
     pub metrics: JobMetrics,
@@ -157,6 +161,8 @@ impl TfJobReconciler {
             };
         observe.record("pods", pods.len());
         observe.record("services", services.len());
+        // The job's PodGroup is named like the job: same key.
+        let pod_group = self.pod_groups.as_ref().and_then(|groups| groups.get(key));
 
         // Plan (pure).
         let plan = tracing::debug_span!("plan").in_scope(|| {
@@ -165,6 +171,7 @@ impl TfJobReconciler {
                     job: &job,
                     pods: &pods,
                     services: &services,
+                    pod_group: pod_group.as_deref(),
                     now: jiff::Timestamp::now(),
                 },
                 &self.plan_config,

@@ -42,8 +42,8 @@ use tfjob_operator::api::types::TFJob;
 use crate::examples::{apply_example, wait_condition, wait_pods_running};
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{
-    EXIT_CODE_ANNOTATION, KUBE_VERSION, client, client_with_token, cluster_dir, drive_pod_exit,
-    helm, kubectl, random_suffix, run_ok, shared_cluster, test_namespace, wait_until,
+    EXIT_CODE_ANNOTATION, client, client_with_token, cluster_dir, drive_pod_exit, helm,
+    kube_version, kubectl, random_suffix, run_ok, shared_cluster, test_namespace, wait_until,
 };
 
 mod metrics_auth;
@@ -543,7 +543,7 @@ async fn chart_values_files_render_objects_the_api_server_accepts() {
         let mut template = helm();
         template
             .args(["template", "e2e-values", CHART, "--namespace", &ns])
-            .args(["--kube-version", KUBE_VERSION])
+            .args(["--kube-version", kube_version()])
             // The watched namespace must exist for the server to accept a Role in it.
             .args(["--set", &format!("watchNamespace={ns}")]);
         if let Some(file) = &file {

@@ -22,6 +22,7 @@ mod support;
 mod certs;
 mod example_controller;
 mod examples;
+mod gang;
 mod helm;
 mod informer;
 mod kubeflow_crd;

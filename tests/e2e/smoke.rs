@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Client, Resource};
 
-use crate::support::{self, HELM_VERSION, KUBE_VERSION, wait_until};
+use crate::support::{self, HELM_VERSION, wait_until};
 
 const RUNNING_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -100,8 +100,11 @@ async fn api_server_reports_the_pinned_version() {
     let _guard = support::shared_cluster().await;
     let client = support::client().await;
     let info = client.apiserver_version().await.expect("/version answers");
-    assert_eq!(info.git_version, KUBE_VERSION);
-    let minor = KUBE_VERSION.trim_start_matches("v1.").split('.').next();
+    assert_eq!(info.git_version, support::kube_version());
+    let minor = support::kube_version()
+        .trim_start_matches("v1.")
+        .split('.')
+        .next();
     assert_eq!(Some(info.minor.as_str()), minor);
 }
 
@@ -111,8 +114,8 @@ async fn harness_kubectl_and_helm_are_the_pinned_versions() {
     let _guard = support::shared_cluster().await;
     let kubectl = support::run_ok(support::kubectl().args(["version", "-o", "json"]));
     let v: serde_json::Value = serde_json::from_str(&kubectl).expect("kubectl version is JSON");
-    assert_eq!(v["clientVersion"]["gitVersion"], KUBE_VERSION);
-    assert_eq!(v["serverVersion"]["gitVersion"], KUBE_VERSION);
+    assert_eq!(v["clientVersion"]["gitVersion"], support::kube_version());
+    assert_eq!(v["serverVersion"]["gitVersion"], support::kube_version());
     let helm = support::run_ok(support::helm().args(["version", "--short"]));
     assert!(helm.starts_with(HELM_VERSION), "helm says {helm}");
 }
@@ -320,7 +323,7 @@ async fn service_account_without_bindings_is_forbidden_to_list_pods() {
         .apiserver_version()
         .await
         .expect("/version is public");
-    assert_eq!(version.git_version, KUBE_VERSION);
+    assert_eq!(version.git_version, support::kube_version());
 }
 
 #[tokio::test]
@@ -444,7 +447,7 @@ async fn harness_helm_installs_and_uninstalls_a_chart() {
         .expect("helm created the ConfigMap");
     // Helm asked the server for its version: the chart saw the real one.
     let seen = cm.data.unwrap_or_default().remove("kubeVersion");
-    assert_eq!(seen.as_deref(), Some(KUBE_VERSION));
+    assert_eq!(seen.as_deref(), Some(support::kube_version()));
     support::run_ok(support::helm().args(["uninstall", "smoke", "-n", &ns, "--wait"]));
     assert!(maps.get_opt("smoke-cm").await.expect("a get").is_none());
     std::fs::remove_dir_all(&chart).ok();

@@ -28,8 +28,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
-/// The pinned Kubernetes version (`KUBE_VERSION` in `e2e/versions.env`).
-pub const KUBE_VERSION: &str = pinned("KUBE_VERSION");
+/// The default Kubernetes version: `KUBE_VERSION=${KUBE_VERSION:-<default>}`
+/// in `e2e/versions.env` (an environment `KUBE_VERSION` picks another).
+pub const KUBE_VERSION_DEFAULT: &str = shell_default(pinned("KUBE_VERSION"));
 /// The pinned Helm version (`HELM_VERSION` in `e2e/versions.env`).
 pub const HELM_VERSION: &str = pinned("HELM_VERSION");
 
@@ -72,6 +73,47 @@ const fn pinned(key: &str) -> &'static str {
         line_start = line_end + 1;
     }
     panic!("a key is missing from e2e/versions.env")
+}
+
+/// `v1.37.2` from `${KUBE_VERSION:-v1.37.2}`; a plain value as it is.
+const fn shell_default(value: &'static str) -> &'static str {
+    let bytes = value.as_bytes();
+    if bytes.is_empty() || bytes[0] != b'$' {
+        return value;
+    }
+    let mut i = 0;
+    while i + 1 < bytes.len() && !(bytes[i] == b':' && bytes[i + 1] == b'-') {
+        i += 1;
+    }
+    if i + 2 >= bytes.len() || bytes[bytes.len() - 1] != b'}' {
+        panic!("e2e/versions.env: expected ${{KEY:-default}}");
+    }
+    let (_, rest) = bytes.split_at(i + 2);
+    let (default, _) = rest.split_at(rest.len() - 1);
+    match std::str::from_utf8(default) {
+        Ok(v) => v,
+        Err(_) => panic!("e2e/versions.env is not UTF-8"),
+    }
+}
+
+/// The Kubernetes version of the local cluster: what `e2e/cluster.sh up`
+/// recorded in its env file, or the process's `KUBE_VERSION` (as in
+/// `KUBE_VERSION=v1.34.4 make e2e`), else the default in `e2e/versions.env`.
+pub fn kube_version() -> &'static str {
+    static VERSION: LazyLock<String> = LazyLock::new(|| {
+        cluster_env("KUBE_VERSION").unwrap_or_else(|| KUBE_VERSION_DEFAULT.to_string())
+    });
+    &VERSION
+}
+
+/// The Kubernetes minor of the local cluster (37 for v1.37.2).
+pub fn kube_minor() -> u32 {
+    kube_version()
+        .trim_start_matches("v1.")
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("KUBE_VERSION {} is not like v1.37.2", kube_version()))
 }
 
 /// The cluster state directory: `$TFJOB_CLUSTER_DIR`, default `<repo>/.cluster`.

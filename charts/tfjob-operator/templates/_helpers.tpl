@@ -71,6 +71,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* gangScheduling as the flag spells it: YAML 1.1 reads a bare on/off as a boolean. */}}
+{{- define "tfjob-operator.gangScheduling" -}}
+{{- $v := .Values.gangScheduling -}}
+{{- if kindIs "bool" $v -}}{{ ternary "on" "off" $v }}{{- else -}}{{ $v }}{{- end -}}
+{{- end }}
+
 {{/*
 What the operator does in the namespaces it watches, and nothing else
 (rendered into a ClusterRole, or a Role when watchNamespace is set):
@@ -103,6 +109,14 @@ Leases (leader election) are a separate Role in the release namespace.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if ne (include "tfjob-operator.gangScheduling" .) "off" }}
+# The PodGroup each ganged job's Pods join: created before the Pods, minCount
+# patched on scaling, deleted on suspend. No update, no status: the scheduler
+# writes that.
+- apiGroups: ["scheduling.k8s.io"]
+  resources: ["podgroups"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+{{- end }}
 {{- end }}
 
 {{- define "tfjob-operator.testImage" -}}

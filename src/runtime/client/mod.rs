@@ -12,13 +12,16 @@
 //!   API writes recorded on their trace spans;
 //! - [`protobuf`]: Kubernetes' protobuf encoding for built-in kinds, as
 //!   client-go's typed clientsets use it;
-//! - [`unread`]: creates whose answer is not read back into an object.
+//! - [`unread`]: creates whose answer is not read back into an object;
+//! - [`discovery`]: which versions of an API group serve a resource, asked
+//!   at startup (client-go's `discovery`).
 //!
 //! Chapter: `docs/11-client-cache-recorder.md`; protobuf in
 //! `docs/01-reflector.md` and `docs/benchmarks.md`.
 
 pub mod body;
 pub mod connect;
+pub mod discovery;
 pub mod fence;
 pub mod metrics;
 pub mod protobuf;

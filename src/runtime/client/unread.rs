@@ -18,14 +18,17 @@ use serde::Serialize;
 /// POSTs `obj` to `api`'s collection and returns once the server accepted
 /// it; an error answer is `kube::Error::Api` with the server's `Status`
 /// (409 AlreadyExists, 429, …) exactly as `Api::create` returns it.
-pub async fn create<K>(
+/// `obj` is the body: the object itself, or a wrapper that serializes as
+/// one (a Pod with a field our API types lack, `src/tfjob/gang.rs`).
+pub async fn create<K, B>(
     client: &Client,
     api: &Api<K>,
     pp: &PostParams,
-    obj: &K,
+    obj: &B,
 ) -> Result<(), kube::Error>
 where
-    K: Resource + Serialize + Debug,
+    K: Resource,
+    B: Serialize + Debug,
 {
     let body = serde_json::to_vec(obj).map_err(kube::Error::SerdeError)?;
     let mut request = Request::new(api.resource_url())

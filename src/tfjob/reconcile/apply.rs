@@ -18,6 +18,7 @@ use crate::runtime::client::unread;
 
 use crate::tfjob::children::{ChildContext, owner_reference};
 use crate::tfjob::creation_events::creation_event;
+use crate::tfjob::gang::PodInGroup;
 use crate::tfjob::plan::{Action, Plan};
 
 use super::{SyncError, TfJobReconciler, child_name, is_status, write_error};
@@ -46,15 +47,26 @@ impl TfJobReconciler {
                     self.plan_config.cluster_domain.as_deref(),
                 )
             }),
+            group: plan.pod_group.clone(),
         };
         let services: Api<Service> = Api::namespaced(self.client.clone(), &namespace);
         let jobs: Api<TFJob> = Api::namespaced(self.client.clone(), &namespace);
+
+        // The gang's group before its Pods, one write at a time; without
+        // it, no Pod of this pass is created (the next pass tries again).
+        let (group_ready, group_result) =
+            self.apply_pod_group(job, &plan.actions, &namespace).await;
+        let sent = |action: &&Action| {
+            !is_pod_group_action(action)
+                && (group_ready || !matches!(action, Action::CreatePod { .. }))
+        };
 
         // Raise expectations before the first write, so an informer event
         // that beats our bookkeeping still finds it.
         let creates = plan
             .actions
             .iter()
+            .filter(sent)
             .filter(|a| matches!(a, Action::CreatePod { .. } | Action::CreateService(_)))
             .count();
         let deleted_uids: Vec<&str> = plan
@@ -76,6 +88,7 @@ impl TfJobReconciler {
             .actions
             .iter()
             .enumerate()
+            .filter(|(_, action)| sent(action))
             .map(|(i, action)| {
                 let write = self.apply_one(key, job, action, &pods, &services, &jobs);
                 async move { (i, write.await) }
@@ -90,7 +103,7 @@ impl TfJobReconciler {
         // concurrent writes finished in.
         results.sort_by_key(|(i, _)| *i);
         let (mut created_pods, mut created_services) = (Vec::new(), Vec::new());
-        let mut first_error = Ok(());
+        let mut first_error = group_result;
         for (_, result) in results {
             match result {
                 Ok(Some(Created::Pod(name))) => created_pods.push(name),
@@ -131,19 +144,22 @@ impl TfJobReconciler {
     /// already exists (409) was created by an earlier run whose informer had
     /// not caught up: it will be observed (or adopted) like any other, so it
     /// is not an error; its expectation is lowered since no create will be seen.
-    async fn create_child<K>(
+    #[allow(clippy::too_many_arguments)] // one create: where, what, and how to report it
+    async fn create_child<K, B>(
         &self,
         key: &ObjectKey,
         job: &TFJob,
         api: &Api<K>,
-        child: &K,
+        name: &str,
+        child: &B,
         kind: &'static str,
         failed: &'static str,
     ) -> Result<Option<String>, SyncError>
     where
-        K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+        K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        B: serde::Serialize + std::fmt::Debug,
     {
-        let name = child_name(child);
+        let name = name.to_owned();
         let span = write_span("create", kind, &name);
         // The created child is not decoded: the informer brings it.
         match unread::create(&self.client, api, &PostParams::default(), child)
@@ -186,13 +202,39 @@ impl TfJobReconciler {
                     tracing::warn!(job = %key, pod = %name, "the planned Pod could not be built");
                     return Ok(None);
                 };
-                self.create_child(key, job, &pods.api, &pod, "pod", event::FAILED_CREATE_POD)
-                    .await
-                    .map(|c| c.map(Created::Pod))
+                let created = match pods.group.as_deref() {
+                    Some(group) => {
+                        let body = PodInGroup { pod: &pod, group };
+                        self.create_child(
+                            key,
+                            job,
+                            &pods.api,
+                            name,
+                            &body,
+                            "pod",
+                            event::FAILED_CREATE_POD,
+                        )
+                        .await
+                    }
+                    None => {
+                        self.create_child(
+                            key,
+                            job,
+                            &pods.api,
+                            name,
+                            &pod,
+                            "pod",
+                            event::FAILED_CREATE_POD,
+                        )
+                        .await
+                    }
+                };
+                created.map(|c| c.map(Created::Pod))
             }
             Action::CreateService(svc) => {
                 let failed = event::FAILED_CREATE_SERVICE;
-                self.create_child(key, job, services, svc, "service", failed)
+                let name = child_name(svc.as_ref());
+                self.create_child(key, job, services, &name, svc.as_ref(), "service", failed)
                     .await
                     .map(|c| c.map(Created::Service))
             }
@@ -205,6 +247,10 @@ impl TfJobReconciler {
                 .await
                 .map(|()| None),
             Action::DeleteJob => self.delete_job(job, jobs).await.map(|()| None),
+            // Sent before the others, by `apply_pod_group`.
+            Action::CreatePodGroup(_)
+            | Action::SetPodGroupMinCount { .. }
+            | Action::DeletePodGroup { .. } => Ok(None),
         }
     }
 
@@ -343,6 +389,18 @@ impl TfJobReconciler {
 struct PodWrites<'a> {
     api: Api<Pod>,
     children: Option<ChildContext<'a>>,
+    /// The PodGroup the created Pods join ([`Plan::pod_group`]).
+    group: Option<String>,
+}
+
+/// Writes to the job's PodGroup, which `apply_pod_group` sends before the rest.
+fn is_pod_group_action(action: &Action) -> bool {
+    matches!(
+        action,
+        Action::CreatePodGroup(_)
+            | Action::SetPodGroupMinCount { .. }
+            | Action::DeletePodGroup { .. }
+    )
 }
 
 /// A child one write created, by name (for the pass's creation Events).

@@ -12,7 +12,7 @@ use std::process::Command;
 use serde::Deserialize;
 
 use super::CHART;
-use crate::support::{KUBE_VERSION, bin_dir, helm, run_ok};
+use crate::support::{bin_dir, helm, kube_version, run_ok};
 
 /// `helm template` of the chart (release `render` in `tfjob-system`, for the
 /// pinned Kubernetes version) with `args`, one YAML value per object. Test
@@ -25,7 +25,7 @@ fn render(args: &[&str]) -> Vec<serde_yaml::Value> {
 fn render_with(mut helm: Command, args: &[&str]) -> Vec<serde_yaml::Value> {
     let out = run_ok(
         helm.args(["template", "render", CHART, "--namespace", "tfjob-system"])
-            .args(["--kube-version", KUBE_VERSION])
+            .args(["--kube-version", kube_version()])
             .args(args),
     );
     serde_yaml::Deserializer::from_str(&out)

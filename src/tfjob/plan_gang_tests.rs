@@ -1,0 +1,307 @@
+//! The plan with gangs ([`super::gang`]): the PodGroup before the Pods,
+//! kept right through scaling, suspend and resume, and the job's status
+//! while the scheduler cannot place the gang.
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use super::cached::CachedPod;
+use super::children::{ChildContext, owner_reference};
+use super::gang::GangScheduling;
+use super::plan::{Action, Observed, Plan, PlanConfig, plan};
+use crate::api::constants::ReplicaType;
+use crate::api::defaults::normalize;
+use crate::api::fixtures::TfJobFixture;
+use crate::api::pod_group::{PodGroup, PodGroupStatus};
+use crate::api::types::{SchedulingPolicy, TFJob};
+
+const NOW: i64 = 1_800_000_000;
+
+fn job(workers: i32, policy: bool) -> TFJob {
+    let mut job = TfJobFixture::new("j").uid("uid-1").workers(workers).build();
+    if policy {
+        job.spec.run_policy.scheduling_policy = Some(SchedulingPolicy::default());
+    }
+    job
+}
+
+fn run(
+    job: &TFJob,
+    pods: &[Arc<CachedPod>],
+    group: Option<&PodGroup>,
+    gang: GangScheduling,
+) -> Plan {
+    plan(
+        &Observed {
+            job,
+            pods,
+            services: &[],
+            pod_group: group,
+            now: Timestamp::from_second(NOW).expect("a time"),
+        },
+        &PlanConfig {
+            gang,
+            ..PlanConfig::default()
+        },
+    )
+}
+
+/// The group the operator would create for `job` (as the cache shows it
+/// once created).
+fn group_of(job: &TFJob) -> PodGroup {
+    let spec = normalize("j", &job.spec).expect("valid");
+    let owner = owner_reference(job).expect("an owner");
+    super::gang::desired(job, &spec, "j", &owner)
+}
+
+fn pending_pod(job: &TFJob, index: i32, unschedulable: bool) -> Arc<CachedPod> {
+    let spec = normalize("j", &job.spec).expect("valid");
+    let owner = owner_reference(job).expect("an owner");
+    let mut pod = ChildContext::new("j", "default", &spec, &owner, None)
+        .pod(ReplicaType::Worker, index)
+        .expect("a pod");
+    pod.metadata.uid = Some(format!("pod-{index}"));
+    pod.status = Some(PodStatus {
+        phase: Some("Pending".into()),
+        conditions: unschedulable.then(|| {
+            vec![PodCondition {
+                type_: "PodScheduled".into(),
+                status: "False".into(),
+                reason: Some("Unschedulable".into()),
+                message: Some("minCount (3) cannot be satisfied: 2 scheduled, 0 remaining".into()),
+                ..PodCondition::default()
+            }]
+        }),
+        ..PodStatus::default()
+    });
+    Arc::new(CachedPod::from(pod))
+}
+
+fn creates_pods(p: &Plan) -> usize {
+    p.actions
+        .iter()
+        .filter(|a| matches!(a, Action::CreatePod { .. }))
+        .count()
+}
+
+fn events<'a>(p: &'a Plan, reason: &str) -> Vec<&'a str> {
+    p.events
+        .iter()
+        .filter(|e| e.reason == reason)
+        .map(|e| e.message.as_str())
+        .collect()
+}
+
+#[test]
+fn the_group_is_created_before_the_pods_that_join_it() {
+    let j = job(3, true);
+    let p = run(&j, &[], None, GangScheduling::Auto);
+    let Some(Action::CreatePodGroup(group)) = p.actions.first() else {
+        panic!("the group first: {:?}", p.actions);
+    };
+    assert_eq!(group.min_count(), Some(3));
+    assert_eq!(creates_pods(&p), 3);
+    assert_eq!(p.pod_group.as_deref(), Some("j"));
+    assert!(events(&p, "SchedulingPolicyIgnored").is_empty());
+}
+
+#[test]
+fn an_operator_restart_finds_the_group_and_creates_no_second_one() {
+    let j = job(3, true);
+    let group = group_of(&j);
+    let p = run(&j, &[], Some(&group), GangScheduling::Auto);
+    assert!(!p.actions.iter().any(|a| matches!(
+        a,
+        Action::CreatePodGroup(_) | Action::SetPodGroupMinCount { .. }
+    )));
+    assert_eq!((creates_pods(&p), p.pod_group.as_deref()), (3, Some("j")));
+}
+
+#[test]
+fn auto_leaves_jobs_without_a_scheduling_policy_alone_and_on_gangs_them() {
+    let j = job(2, false);
+    let auto = run(&j, &[], None, GangScheduling::Auto);
+    assert_eq!((creates_pods(&auto), auto.pod_group.as_deref()), (2, None));
+    assert!(
+        !auto
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::CreatePodGroup(_)))
+    );
+    let on = run(&j, &[], None, GangScheduling::On);
+    assert!(matches!(
+        on.actions.first(),
+        Some(Action::CreatePodGroup(_))
+    ));
+}
+
+#[test]
+fn without_the_api_the_pods_join_no_group_and_the_warning_stays() {
+    let j = job(2, true);
+    let p = run(&j, &[], None, GangScheduling::Unavailable);
+    assert_eq!((creates_pods(&p), p.pod_group.as_deref()), (2, None));
+    assert!(
+        !p.actions
+            .iter()
+            .any(|a| matches!(a, Action::CreatePodGroup(_)))
+    );
+    let warned = events(&p, "SchedulingPolicyIgnored");
+    assert_eq!(warned.len(), 1);
+    assert!(warned[0].contains("does not serve"), "{}", warned[0]);
+}
+
+#[test]
+fn fields_the_pod_group_has_no_place_for_get_a_warning() {
+    let mut j = job(2, true);
+    if let Some(policy) = j.spec.run_policy.scheduling_policy.as_mut() {
+        policy.schedule_timeout_seconds = Some(60);
+        policy.queue = Some("q".into());
+    }
+    let p = run(&j, &[], None, GangScheduling::Auto);
+    let warned = events(&p, "SchedulingPolicyIgnored");
+    assert_eq!(warned.len(), 1);
+    assert!(
+        warned[0].contains("queue, scheduleTimeoutSeconds have no place"),
+        "{}",
+        warned[0]
+    );
+}
+
+#[test]
+fn a_scaled_job_sets_its_groups_min_count() {
+    let before = job(2, true);
+    let group = group_of(&before);
+    let after = job(4, true);
+    let pods = [pending_pod(&after, 0, false), pending_pod(&after, 1, false)];
+    let p = run(&after, &pods, Some(&group), GangScheduling::Auto);
+    assert!(p.actions.contains(&Action::SetPodGroupMinCount {
+        name: "j".into(),
+        min_count: 4
+    }));
+    assert_eq!(creates_pods(&p), 2, "the two new Workers, in the group");
+    assert_eq!(p.pod_group.as_deref(), Some("j"));
+}
+
+#[test]
+fn suspending_deletes_the_group_and_resuming_waits_for_it_to_go() {
+    let mut j = job(2, true);
+    let mut group = group_of(&j);
+    group.metadata.uid = Some("group-uid".into());
+    j.spec.run_policy.suspend = Some(true);
+    let p = run(&j, &[], Some(&group), GangScheduling::Auto);
+    assert!(p.actions.contains(&Action::DeletePodGroup {
+        name: "j".into(),
+        uid: Some("group-uid".into()),
+    }));
+
+    // Resumed while the old group still waits for its Pods to go (its
+    // protection finalizer): no Pod joins a dying group.
+    j.spec.run_policy.suspend = Some(false);
+    group.metadata.deletion_timestamp = Some(Time(Timestamp::from_second(NOW).expect("a time")));
+    let waiting = run(&j, &[], Some(&group), GangScheduling::Auto);
+    assert_eq!(creates_pods(&waiting), 0);
+    assert!(waiting.requeue_after.is_some());
+    assert_eq!(events(&waiting, "WaitingForPodGroup").len(), 1);
+    // Gone: a fresh group, then the Pods.
+    let fresh = run(&j, &[], None, GangScheduling::Auto);
+    assert!(matches!(
+        fresh.actions.first(),
+        Some(Action::CreatePodGroup(_))
+    ));
+    assert_eq!(creates_pods(&fresh), 2);
+}
+
+#[test]
+fn a_namesakes_group_keeps_the_jobs_pods_out_of_it() {
+    let j = job(2, true);
+    let other = job(2, true);
+    let mut foreign = group_of(&other);
+    if let Some(owners) = foreign.metadata.owner_references.as_mut() {
+        owners[0].uid = "uid-of-a-deleted-job".into();
+    }
+    let p = run(&j, &[], Some(&foreign), GangScheduling::Auto);
+    assert_eq!(creates_pods(&p), 0);
+    assert!(events(&p, "WaitingForPodGroup")[0].contains("not this job's"));
+}
+
+fn unschedulable(group: &PodGroup, message: &str) -> PodGroup {
+    let mut g = group.clone();
+    g.status = Some(PodGroupStatus {
+        conditions: vec![Condition {
+            type_: "PodGroupInitiallyScheduled".into(),
+            status: "False".into(),
+            reason: "Unschedulable".into(),
+            message: message.into(),
+            last_transition_time: Time(Timestamp::from_second(NOW).expect("a time")),
+            observed_generation: None,
+        }],
+    });
+    g
+}
+
+#[test]
+fn an_unplaced_gang_says_how_many_pods_fit_in_the_created_condition_and_one_warning() {
+    let j = job(3, true);
+    let group = unschedulable(
+        &group_of(&j),
+        "minCount (3) cannot be satisfied: 2 scheduled, 0 remaining",
+    );
+    let pods: Vec<_> = (0..3).map(|i| pending_pod(&j, i, true)).collect();
+    let p = run(&j, &pods, Some(&group), GangScheduling::Auto);
+    let created = p
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Created")
+        .expect("Created");
+    assert_eq!(created.reason.as_deref(), Some("GangUnschedulable"));
+    let message = created.message.as_deref().unwrap_or_default();
+    assert!(message.contains("2 of 3 Pods fit"), "{message}");
+    // Waiting is not failing: nothing failed, nothing restarts.
+    assert!(
+        !p.status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Failed" || c.type_ == "Restarting")
+    );
+    assert_eq!(p.status.replica_statuses["Worker"].failed, 0);
+    // One Warning for the gang, none per waiting Pod.
+    assert_eq!(events(&p, "GangUnschedulable").len(), 1);
+    assert!(events(&p, "Unschedulable").is_empty());
+}
+
+#[test]
+fn once_the_gang_runs_the_created_condition_has_kubeflows_reason_again() {
+    let j = job(3, true);
+    let unplaced = unschedulable(
+        &group_of(&j),
+        "minCount (3) cannot be satisfied: 2 scheduled, 0 remaining",
+    );
+    let pods: Vec<_> = (0..3).map(|i| pending_pod(&j, i, true)).collect();
+    let waiting = run(&j, &pods, Some(&unplaced), GangScheduling::Auto);
+    let mut placed = j.clone();
+    placed.status = Some(waiting.status);
+    let mut scheduled = group_of(&j);
+    scheduled.status = Some(PodGroupStatus {
+        conditions: vec![Condition {
+            type_: "PodGroupInitiallyScheduled".into(),
+            status: "True".into(),
+            reason: "Scheduled".into(),
+            message: String::new(),
+            last_transition_time: Time(Timestamp::from_second(NOW).expect("a time")),
+            observed_generation: None,
+        }],
+    });
+    let pods: Vec<_> = (0..3).map(|i| pending_pod(&j, i, false)).collect();
+    let p = run(&placed, &pods, Some(&scheduled), GangScheduling::Auto);
+    let created = p
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Created")
+        .expect("Created");
+    assert_eq!(created.reason.as_deref(), Some("TFJobCreated"));
+    assert!(events(&p, "GangUnschedulable").is_empty());
+}
