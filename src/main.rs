@@ -368,7 +368,7 @@ mod tests {
         let subscriber =
             log_subscriber(&args, ui.as_ref(), None, false, move || sink.clone()).unwrap();
         let enabled = tracing::subscriber::with_default(subscriber, || {
-            tracing::debug!(target: "pipeline", stage = "4 handler", key = "ns/job", "key added to the workqueue");
+            tracing::debug!(target: "pipeline", stage = "5 handler", key = "ns/job", "key added to the workqueue");
             tracing::enabled!(target: "pipeline", tracing::Level::DEBUG)
         });
         let received = std::iter::from_fn(|| viewer.as_mut()?.try_recv().ok())
@@ -404,7 +404,7 @@ mod tests {
         ] {
             let (_, printed, received) = one_pipeline_event(flags);
             assert!(
-                printed.contains("pipeline: key added to the workqueue stage=\"4 handler\""),
+                printed.contains("pipeline: key added to the workqueue stage=\"5 handler\""),
                 "{flags:?}: {printed}"
             );
             assert_eq!(received.len(), flags.len() - 1, "{flags:?}");

@@ -182,7 +182,7 @@ impl TfJobReconciler {
         }
         tracing::debug!(
             target: "pipeline",
-            stage = "6 reconcile",
+            stage = "8 reconcile",
             key = %key,
             pods = pods.len(),
             services = services.len(),

@@ -46,8 +46,15 @@
 //!    and every flag of `run` has a row in `docs/operating.md`'s flag table
 //!    with the code's default.
 //!
+//! And that the tutorial and its pictures agree with what they describe:
+//!
+//! 7. **Chapters** ([`chapters`]): numbered in reading order without gaps;
+//!    every link that names a chapter's number (navigation lines, the
+//!    index, "chapter 8", chapter 0's stage table) leads to that chapter.
+//!
 //! One module per kind of check; [`repo`] and [`markdown`] are what they
 //! share.
+mod chapters;
 mod excerpts;
 mod links;
 mod markdown;

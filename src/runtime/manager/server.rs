@@ -646,7 +646,7 @@ pub(crate) mod tests {
             assert_eq!(stream.try_write(request).unwrap(), request.len());
             wait_for_viewers(&ui, 1).await;
             tracing::info!(target: "tfjob_operator", "not a pipeline event: never sent");
-            tracing::debug!(target: "pipeline", stage = "4 handler", key = "ns/job", depth = 3, "key added to the workqueue");
+            tracing::debug!(target: "pipeline", stage = "5 handler", key = "ns/job", depth = 3, "key added to the workqueue");
 
             // Read the (chunked) response until the first complete data line.
             let data = tokio::time::timeout(Duration::from_secs(10), async {
@@ -671,7 +671,7 @@ pub(crate) mod tests {
             .await
             .expect("a data line");
             let message: Value = serde_json::from_str(&data).unwrap();
-            assert_eq!(message["stage"], "4 handler");
+            assert_eq!(message["stage"], "5 handler");
             assert_eq!(message["key"], "ns/job");
             assert_eq!(message["msg"], "key added to the workqueue");
             assert_eq!(message["depth"], 3, "the queue's depth, as traced");
