@@ -51,6 +51,9 @@
 //! 7. **Chapters** ([`chapters`]): numbered in reading order without gaps;
 //!    every link that names a chapter's number (navigation lines, the
 //!    index, "chapter 8", chapter 0's stage table) leads to that chapter.
+//! 8. **Pictures** ([`pictures`]): `docs/trace-ui.png` shows today's trace
+//!    UI page (a fingerprint in the PNG), and the dashboard's pictures are
+//!    newer than the dashboard they draw.
 //!
 //! One module per kind of check; [`repo`] and [`markdown`] are what they
 //! share.
@@ -59,5 +62,6 @@ mod excerpts;
 mod links;
 mod markdown;
 mod names;
+mod pictures;
 mod repo;
 mod shape;

@@ -189,6 +189,7 @@ fn trace_ui_router(ui: TraceUi) -> Router {
     Router::new()
         .route("/", get(trace_ui::page))
         .route("/events", get(trace_ui::events))
+        .route("/docs/{chapter}", get(trace_ui::chapter))
         .with_state(ui)
 }
 
@@ -639,6 +640,13 @@ pub(crate) mod tests {
             let (status, page) = http_get(addr, "/").await;
             assert_eq!(status, 200);
             assert!(page.contains("new EventSource(\"events\")"), "{page}");
+            // A box's link: the chapter, from the binary, wherever it runs.
+            let (status, chapter) = http_get(addr, "/docs/01-reflector.md").await;
+            assert_eq!(status, 200);
+            assert!(chapter.contains("# 1. Reflector"), "{chapter}");
+            let (status, missing) = http_get(addr, "/docs/99-nothing.md").await;
+            assert_eq!(status, 404);
+            assert!(missing.contains("01-reflector.md"), "{missing}");
 
             let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
             stream.writable().await.unwrap();
