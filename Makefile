@@ -84,7 +84,7 @@ test-faults: cluster-tools ## The fault suite in full on a fresh local cluster (
 	FAULTS_ONLY=1 FAULT_FULL=1 FAULT_SEED=$(FAULT_SEED) FAULT_ROUNDS=$(FAULT_ROUNDS) bash e2e/run-suite.sh
 
 .PHONY: test-ui
-test-ui: cluster-tools chromium ## The trace UI (--trace-ui) in headless Chromium (the running cluster, or a fresh one); screenshots in .cluster/trace-ui/
+test-ui: cluster-tools chromium ## The trace UI (--trace-ui) in headless Chromium, a box clicked open (the running cluster, or a fresh one); redraws docs/trace-ui.png, screenshots in .cluster/trace-ui/
 	bash e2e/test-ui.sh
 
 # Headless Chromium for the trace UI's browser test (tests/e2e/trace_ui.rs) and
