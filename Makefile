@@ -241,12 +241,13 @@ image-multiarch: image image-tools-arm64 ## amd64 + arm64 images joined in one i
 	bash hack/image/multiarch.sh
 	bash hack/image/test.sh --multiarch
 
-# umoci, skopeo, the cross gcc and qemu are Debian packages: installed here when
+# umoci, skopeo, jq (the image scripts read and write OCI JSON with it), the
+# cross gcc and qemu are Debian packages: installed here when
 # missing (as root, as on the project's machines and CI).
 .PHONY: image-tools
 image-tools:
-	@command -v umoci >/dev/null && command -v skopeo >/dev/null \
-	  || { apt-get update -qq && apt-get install -y -qq umoci skopeo; }
+	@command -v umoci >/dev/null && command -v skopeo >/dev/null && command -v jq >/dev/null \
+	  || { apt-get update -qq && apt-get install -y -qq umoci skopeo jq; }
 
 .PHONY: image-tools-arm64
 image-tools-arm64:

@@ -3,7 +3,8 @@
 //!
 //! Each flag of `run` can also be set by the environment variable shown; the
 //! names are controller-runtime's and kube-controller-manager's where they
-//! have one. The flags are listed for operators in the README's "Configuration".
+//! have one. The flags are listed for operators in `docs/operating.md` ("Flags";
+//! `cargo test --test docs` fails when one has no row there).
 use clap::{Parser, Subcommand, ValueEnum};
 
 use super::flags::{BindAddress, GoDuration};
