@@ -15,7 +15,7 @@ help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: lint unit docs-diagrams crd-check proto-schema-check e2e ## Everything CI runs: lint, unit tests, the docs' diagrams rendered, CRD and protobuf-table drift checks, e2e on a fresh local cluster
+test: lint unit docs-diagrams crd-check proto-schema-check e2e e2e-other-version ## Everything CI runs: lint, unit tests, the docs' diagrams rendered, CRD and protobuf-table drift checks, e2e on a fresh local cluster (Kubernetes 1.37), the core scenarios on 1.34
 
 .PHONY: lint
 lint: fmt-check clippy deny chart-lint rules-check docker-lint ## cargo fmt --check, clippy -D warnings, cargo deny, the Helm chart and its alert rules, the Dockerfile
