@@ -37,7 +37,7 @@ impl TfJobReconciler {
         let spec = normalize(job_name, &job.spec).ok();
         let owner = owner_reference(job);
         let pods = PodWrites {
-            api: Api::namespaced(self.client.clone(), &namespace),
+            api: Api::namespaced(self.children.clone(), &namespace),
             children: spec.as_ref().zip(owner.as_ref()).map(|(spec, owner)| {
                 ChildContext::new(
                     job_name,
@@ -49,7 +49,7 @@ impl TfJobReconciler {
             }),
             group: plan.pod_group.clone(),
         };
-        let services: Api<Service> = Api::namespaced(self.client.clone(), &namespace);
+        let services: Api<Service> = Api::namespaced(self.children.clone(), &namespace);
         let jobs: Api<TFJob> = Api::namespaced(self.client.clone(), &namespace);
 
         // The gang's group before its Pods, one write at a time; without
@@ -162,7 +162,7 @@ impl TfJobReconciler {
         let name = name.to_owned();
         let span = write_span("create", kind, &name);
         // The created child is not decoded: the informer brings it.
-        match unread::create(&self.client, api, &PostParams::default(), child)
+        match unread::create(&self.children, api, &PostParams::default(), child)
             .instrument(span)
             .await
         {
