@@ -155,6 +155,7 @@ pub fn setup(
 ) -> Result<(), SetupError> {
     let informers = informers(&factory, options.namespace.as_deref(), options.gang)?;
     let reconciler = reconciler(manager, &informers, options, children);
+    super::undecodable::report_on_the_object(&informers.jobs, manager.event_recorder(COMPONENT));
     let mut builder = Controller::builder("tfjob")
         .for_informer(&informers.jobs)
         .owns(&informers.pods)
