@@ -34,8 +34,18 @@
 //!    `crate::runtime`, `runtime` never `crate::api`, `crate::tfjob` or
 //!    `crate::cli`, ...). Line-based: a child reaching a parent's private
 //!    `use` through `super::` is not caught.
+//!
+//! And the published benchmark figures (issue #29):
+//!
+//! 5. **Results tables.** A table between `<!-- results: … -->` markers must
+//!    be what its committed results file in `benches/results/` renders
+//!    (`results.rs`), and every results file says its commit, command,
+//!    machine and date.
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+
+#[path = "docs/results.rs"]
+mod results;
 
 const MARKER_PREFIX: &str = "<!-- excerpt:";
 const MARKER_SUFFIX: &str = "-->";
