@@ -28,6 +28,12 @@ use crate::support::{client, delete_namespace, test_namespace, wait_until};
 
 const LABEL_JOB: &str = "training.kubeflow.org/job-name";
 const SLOW: Duration = Duration::from_secs(90);
+/// Workers of the job deleted while its children are being created.
+const BIG_WORKERS: i32 = 120;
+/// Pod creates of that job the API server may receive after the delete:
+/// those in flight, and those started before the delete reached the
+/// operator's informer (two rounds of `--write-concurrency`, 16).
+const LATE_CREATES_BOUND: usize = 32;
 /// Log lines naming a deleted namespace stop within this of it being gone:
 /// its last deletes reach the informers within a second or two; 15 s leaves
 /// room for a loaded machine and for a watch that reconnects meanwhile.
@@ -123,7 +129,11 @@ async fn user_deletes_of_pods_services_jobs_and_namespaces_converge_as_a_user_ex
     let svc_back = deleted_at.elapsed();
 
     // A job deleted while its children are being created.
-    create_job(&client, &ns, TfJobFixture::new("big").workers(40)).await;
+    // Big enough that creating it takes many rounds of the operator's 16
+    // concurrent writes, so a build that keeps creating after the delete
+    // shows it (~100 late Pods) against one that stops (a round or two in
+    // flight while the delete reaches its informer).
+    create_job(&client, &ns, TfJobFixture::new("big").workers(BIG_WORKERS)).await;
     wait_until("the first Pod of big", SLOW, || async {
         (children(&client, &ns, "big").await > 0).then_some(())
     })
@@ -236,10 +246,9 @@ async fn user_deletes_of_pods_services_jobs_and_namespaces_converge_as_a_user_ex
             ),
         ],
     );
-    assert_eq!(
-        late_creates,
-        0,
-        "Pods of job big were created after the job was deleted (audit log): {}",
+    assert!(
+        late_creates <= LATE_CREATES_BOUND,
+        "{late_creates} Pods of job big ({BIG_WORKERS} Workers) were created after the job was deleted (audit log; bound {LATE_CREATES_BOUND}): {}",
         op.log.display()
     );
     assert_eq!(

@@ -90,8 +90,22 @@ impl TfJobReconciler {
             .enumerate()
             .filter(|(_, action)| sent(action))
             .map(|(i, action)| {
+                let is_create =
+                    matches!(action, Action::CreatePod { .. } | Action::CreateService(_));
                 let write = self.apply_one(key, job, action, &pods, &services, &jobs);
-                async move { (i, write.await) }
+                async move {
+                    // Checked as each create starts, not once per pass: a
+                    // big job's creates take many rounds of
+                    // `write_concurrency`, and a job deleted meanwhile must
+                    // not keep getting children the garbage collector then
+                    // removes (issue #29: 8 of 40 Workers were created
+                    // after their job's delete on a loaded machine).
+                    if is_create && !self.still_wanted(key, job) {
+                        self.expectations.creation_failed(key);
+                        return (i, Ok(None));
+                    }
+                    (i, write.await)
+                }
             })
             .collect();
         let mut results: Vec<(usize, Result<Option<Created>, SyncError>)> =
@@ -136,6 +150,14 @@ impl TfJobReconciler {
             }
         }
         first_error
+    }
+
+    /// False once the cache shows `job` deleted, being deleted, or replaced
+    /// by a namesake: the rest of its pass's creates are skipped.
+    fn still_wanted(&self, key: &ObjectKey, job: &TFJob) -> bool {
+        self.jobs.get(key).is_some_and(|cached| {
+            cached.metadata.uid == job.metadata.uid && cached.metadata.deletion_timestamp.is_none()
+        })
     }
 
     /// Creates one child and returns its name if it was created (the pass
