@@ -202,9 +202,13 @@ docker-lint: $(HADOLINT_VENV)/.installed ## hadolint the Dockerfile (every rule,
 	@source hack/image/versions.env; grep -qx "ARG CARGO_AUDITABLE_VERSION=$$CARGO_AUDITABLE_VERSION" Dockerfile \
 	  || { echo "Dockerfile: ARG CARGO_AUDITABLE_VERSION differs from hack/image/versions.env ($$CARGO_AUDITABLE_VERSION)"; exit 1; }
 .PHONY: bench-e2e
-bench-e2e: cluster-tools ## Side by side with Kubeflow's training-operator and the raw limit (fresh cluster; BENCH_JOBS=50 for a quick run)
+bench-e2e: cluster-tools ## Side by side with Kubeflow's training-operator and the raw limit (fresh cluster; BENCH_JOBS=50 for a quick run; BENCH_RECORD=<name> keeps the results in benches/results/)
 	bash e2e/peers.sh
 	bash e2e/bench.sh
+
+.PHONY: results-tables
+results-tables: ## Regenerate the docs' benchmark tables from benches/results/ (cargo test --test docs checks them)
+	TFJOB_WRITE_RESULTS=1 cargo test --test docs results_
 
 .PHONY: bench-scale
 bench-scale: cluster-tools ## Curves: 50-2,000 jobs, 100-5,000 workers, 0-20,000 unrelated Pods vs the bare client; plots in docs/scale/ (docs/scale.md)

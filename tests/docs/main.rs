@@ -55,6 +55,13 @@
 //!    UI page (a fingerprint in the PNG), and the dashboard's pictures are
 //!    newer than the dashboard they draw.
 //!
+//! And the published benchmark figures (issue #29):
+//!
+//! 9. **Results tables** ([`results`]): a table between `<!-- results: … -->`
+//!    markers must be what its committed results file in `benches/results/`
+//!    renders, and every results file says its commit, command, machine and
+//!    date.
+//!
 //! One module per kind of check; [`repo`] and [`markdown`] are what they
 //! share.
 mod chapters;
@@ -64,4 +71,5 @@ mod markdown;
 mod names;
 mod pictures;
 mod repo;
+mod results;
 mod shape;
