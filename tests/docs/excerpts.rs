@@ -122,6 +122,9 @@ struct LogLine {
     target: String,
     message: String,
     fields: Vec<String>,
+    /// The pipeline's `stage="N name"` value, which the code spells as a
+    /// literal: it must be the one the call prints.
+    stage: Option<String>,
 }
 
 /// Parses `2026-…Z  INFO span{…}: target: message k=v k2=v2`; `None` for
@@ -157,7 +160,12 @@ fn parse_log_line(line: &str) -> Option<LogLine> {
         .iter()
         .position(|w| is_field(w))
         .unwrap_or(words.len());
+    let stage = line
+        .split_once(" stage=\"")
+        .and_then(|(_, value)| value.split_once('"'))
+        .map(|(value, _)| value.to_owned());
     Some(LogLine {
+        stage,
         target: target.to_owned(),
         message: words[..first_field].join(" "),
         fields: words[first_field..]
@@ -287,6 +295,19 @@ fn every_log_line_in_docs_is_one_our_code_prints_with_those_fields() {
                     ));
                     continue;
                 };
+                if let Some(stage) = &log.stage {
+                    let spelled = format!("stage = \"{stage}\"");
+                    if !calls.iter().any(|(_, c)| c.contains(&spelled)) {
+                        let spelled_in_code: Vec<&str> = calls
+                            .iter()
+                            .filter_map(|(_, c)| c.split_once("stage = \"")?.1.split_once('"'))
+                            .map(|(value, _)| value)
+                            .collect();
+                        problems.push(format!(
+                            "{at}: the doc shows {literal} at stage {stage:?}, the code logs it at {spelled_in_code:?}"
+                        ));
+                    }
+                }
                 if !calls.iter().any(|(_, c)| call_fields(c) == log.fields) {
                     problems.push(format!(
                         "{at}: the doc shows {literal} with the fields {:?}, but {} logs {:?}:\n    {}",
@@ -350,5 +371,6 @@ fn a_log_line_parses_into_target_message_and_field_names() {
     assert_eq!(log.target, "pipeline");
     assert_eq!(log.message, "observed the cache, planned");
     assert_eq!(log.fields, ["stage", "key", "pods"]);
+    assert_eq!(log.stage.as_deref(), Some("6 reconcile"));
     assert!(parse_log_line("kubectl get pods").is_none());
 }

@@ -17,8 +17,9 @@
 //!    is ours (`pipeline`, or `tfjob_operator::…`) must have its message as a
 //!    string literal in the module the target names (for `pipeline`: any
 //!    `target: "pipeline"` call), with exactly the fields that call records,
-//!    in its order. Timestamps and values differ run to run; messages and field
-//!    names must not.
+//!    in its order, and a pipeline line's `stage="N name"` is the one that
+//!    call spells. Timestamps and values differ run to run; messages, field
+//!    names and stages must not.
 //!
 //! A failure names the doc, the line and the source file. This is what makes
 //! "every sentence true" checkable for the parts of a chapter that are code.
