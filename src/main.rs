@@ -273,6 +273,7 @@ async fn run(
         workers: args.workers,
         cluster_domain: args.cluster_domain.clone(),
         write_concurrency: args.write_concurrency,
+        fold_create_events: args.fold_create_events,
         status_schema,
         force_delete_stuck_after: (args.force_delete_stuck_pods_after_seconds > 0)
             .then(|| Duration::from_secs(args.force_delete_stuck_pods_after_seconds)),

@@ -115,6 +115,12 @@ pub struct RunArgs {
     /// Parallel API writes within one reconcile (creating a big job's Pods).
     #[arg(long, env = "TFJOB_WRITE_CONCURRENCY", default_value_t = 16)]
     pub write_concurrency: usize,
+    /// Record one Event per kind of child a reconcile created ("Created 4
+    /// pods: a, b, …" with count 4) instead of Kubeflow's one
+    /// `SuccessfulCreatePod`/`SuccessfulCreateService` per child: fewer
+    /// writes for very large jobs, but not the messages scripts grep for.
+    #[arg(long, env = "TFJOB_FOLD_CREATE_EVENTS")]
+    pub fold_create_events: bool,
     /// Gang scheduling with Kubernetes' own PodGroups (scheduling.k8s.io/v1beta1):
     /// auto gangs the jobs that set runPolicy.schedulingPolicy when the API is
     /// served; on gangs every job (and refuses to start without the API); off never.

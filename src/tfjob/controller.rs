@@ -38,6 +38,9 @@ pub struct Options {
     pub workers: usize,
     pub cluster_domain: Option<String>,
     pub write_concurrency: usize,
+    /// One Event per kind of child created in a pass instead of one per
+    /// child ([`super::creation_events`]).
+    pub fold_create_events: bool,
     /// The installed CRD's status schema ([`super::schema`]).
     pub status_schema: StatusSchema,
     /// See [`PlanConfig::force_delete_stuck_after`].
@@ -135,6 +138,7 @@ pub fn reconciler(
             gang: options.gang,
         },
         write_concurrency: options.write_concurrency,
+        fold_create_events: options.fold_create_events,
         written: WrittenStatus::default(),
         deferred: DeferredStatus::default(),
     }

@@ -53,6 +53,7 @@ use super::children::{ChildContext, owner_reference, replica_of};
 use super::conditions::{self, is_finished, is_true};
 use super::gang::{self, GangScheduling, Step, Unplaced};
 use super::index_set;
+use super::messages;
 use super::schema::StatusSchema;
 use super::tf_config::replica_name;
 
@@ -240,7 +241,7 @@ fn plan_into(
         .iter()
         .any(|c| c.type_ == condition::CREATED)
     {
-        let msg = format!("TFJob {name} is created.");
+        let msg = messages::created(name);
         conditions::set(
             &mut p.status,
             condition::CREATED,
@@ -309,7 +310,7 @@ fn plan_into(
         return;
     }
     if is_true(&p.status, condition::SUSPENDED) {
-        let msg = format!("TFJob {name} is resumed.");
+        let msg = messages::resumed(name);
         p.event(false, reason::RESUMED, msg.clone());
         conditions::set(
             &mut p.status,
@@ -347,8 +348,7 @@ fn plan_into(
                 stop_unfinished: true,
                 ..Bookkeeping::of(job)
             };
-            let msg =
-                format!("Job {name} has failed because it has reached the specified backoff limit");
+            let msg = messages::backoff_limit_exceeded(name);
             fail(p, msg, &now);
             finish(p, &spec, &children, obs.now, true, false);
             return;
@@ -360,9 +360,7 @@ fn plan_into(
             .unwrap_or(start);
         if obs.now >= ends {
             books.stop_unfinished = true;
-            let msg = format!(
-                "Job {name} has failed because it was active longer than specified deadline"
-            );
+            let msg = messages::deadline_exceeded(name);
             fail(p, msg, &now);
             finish(p, &spec, &children, obs.now, true, false);
             return;
@@ -381,16 +379,10 @@ fn plan_into(
         p.event(
             false,
             event::EXITED_WITH_CODE,
-            format!(
-                "Pod: {namespace}.{} exited with code {}",
-                retry.pod, retry.exit_code
-            ),
+            messages::exited_with_code(namespace, &retry.pod, retry.exit_code),
         );
         if !retry.evicted {
-            let msg = format!(
-                "job {name} is restarting because {} replica(s) failed.",
-                retry.rtype
-            );
+            let msg = messages::restarting(name, retry.rtype.as_str());
             p.event(true, reason::RESTARTING, msg.clone());
             conditions::set(
                 &mut p.status,
@@ -774,8 +766,8 @@ fn update_conditions(
     namespace: &str,
     now: &Time,
 ) {
-    let running_msg = || format!("TFJob {namespace}/{name} is running.");
-    let done_msg = || format!("TFJob {namespace}/{name} successfully completed.");
+    let running_msg = || messages::running(namespace, name);
+    let done_msg = || messages::succeeded(namespace, name);
     let status_of =
         |rtype: ReplicaType| t.statuses.get(rtype.as_str()).cloned().unwrap_or_default();
     // With a Chief: it decides both. Without: Workers do (worker 0, or all
@@ -815,11 +807,10 @@ fn update_conditions(
             p.event(
                 false,
                 event::EXITED_WITH_CODE,
-                format!("Pod: {namespace}.{pod} exited with code {code}"),
+                messages::exited_with_code(namespace, pod, code),
             );
         }
-        let msg =
-            format!("TFJob {namespace}/{name} has failed because {n} {rtype} replica(s) failed.");
+        let msg = messages::replicas_failed(namespace, name, n, rtype.as_str());
         fail(p, msg, now);
         return;
     }
@@ -856,7 +847,7 @@ fn explain_unscheduled(p: &mut Plan, t: &Tally, name: &str, unplaced: Option<&Un
             .find(|c| c.type_ == condition::CREATED)
         {
             created.reason = Some(reason::GANG_UNSCHEDULABLE.to_owned());
-            created.message = Some(format!("TFJob {name} is created. Its {line}"));
+            created.message = Some(format!("{} Its {line}", messages::created(name)));
         }
         return;
     }
@@ -868,10 +859,11 @@ fn explain_unscheduled(p: &mut Plan, t: &Tally, name: &str, unplaced: Option<&Un
         .collect();
     let message = match unschedulable.first() {
         Some(first) => format!(
-            "TFJob {name} is created. {} Pod(s) cannot be scheduled; first: {first}",
+            "{} {} Pod(s) cannot be scheduled; first: {first}",
+            messages::created(name),
             unschedulable.len()
         ),
-        None => format!("TFJob {name} is created."),
+        None => messages::created(name),
     };
     if let Some(created) = p
         .status
@@ -972,7 +964,7 @@ fn suspend(p: &mut Plan, name: &str, children: &Children<'_>, now: &Time) {
     for rs in p.status.replica_statuses.values_mut() {
         rs.active = 0;
     }
-    let msg = format!("TFJob {name} is suspended.");
+    let msg = messages::suspended(name);
     if is_true(&p.status, condition::RUNNING) {
         conditions::set(
             &mut p.status,

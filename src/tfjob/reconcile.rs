@@ -130,6 +130,8 @@ pub struct TfJobReconciler {
     pub metrics: JobMetrics,
     pub plan_config: PlanConfig,
     pub write_concurrency: usize,
+    /// See [`super::controller::Options::fold_create_events`].
+    pub fold_create_events: bool,
     /// Our own recent status writes, for reading them before the cache has them.
     pub written: WrittenStatus,
     /// Status changes planned but waiting to be written with the next ones.
