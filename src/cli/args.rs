@@ -48,7 +48,8 @@ pub struct RunArgs {
     /// Concurrent reconciles (different jobs are reconciled in parallel; one job never is).
     #[arg(long, env = "TFJOB_WORKERS", default_value_t = 4)]
     pub workers: usize,
-    /// Where /metrics is served: `:8080`, `host:port`, `[::1]:8080`, or `0` (off).
+    /// Where /metrics is served: `:8080` (every interface, IPv6 and IPv4;
+    /// IPv4 only where IPv6 is off), `host:port`, `[::1]:8080`, or `0` (off).
     #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = ":8080")]
     pub metrics_bind_address: BindAddress,
     /// Serve /metrics over HTTPS, only to bearer tokens the API server
@@ -224,7 +225,7 @@ mod tests {
         let defaults = run_args(&[]).unwrap();
         assert_eq!(
             defaults.metrics_bind_address.addr(),
-            Some("0.0.0.0:8080".parse().unwrap())
+            Some("[::]:8080".parse().unwrap())
         );
         assert!(run_args(&["--metrics-bind-address=8080"]).is_err());
     }
