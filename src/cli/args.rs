@@ -137,13 +137,20 @@ pub struct RunArgs {
     /// Force-delete a replica's Pod that was disrupted (e.g. evicted from a
     /// node that stopped responding) and is still terminating this many
     /// seconds after its grace period ended, so the job can replace it
-    /// instead of hanging in Restarting (0: never).
+    /// instead of hanging in Restarting (0: never). Only once its node is
+    /// deleted or tainted `node.kubernetes.io/out-of-service`, unless
+    /// `--force-delete-stuck-pods-on-any-node`.
     #[arg(
         long,
         env = "FORCE_DELETE_STUCK_PODS_AFTER_SECONDS",
         default_value_t = 300
     )]
     pub force_delete_stuck_pods_after_seconds: u64,
+    /// Force-delete stuck Pods after the wait even when their node still
+    /// exists without the out-of-service taint: a partitioned node may
+    /// still run the old container next to its replacement.
+    #[arg(long, env = "FORCE_DELETE_STUCK_PODS_ON_ANY_NODE")]
+    pub force_delete_stuck_pods_on_any_node: bool,
     /// Seconds a read or write to the API server may take to answer (a
     /// watch gets its own timeoutSeconds plus 30 s).
     #[arg(long, env = "KUBE_API_TIMEOUT_SECONDS", default_value_t = 30)]

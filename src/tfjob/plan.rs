@@ -595,14 +595,23 @@ pub fn stuck_on_lost_node(pod: &CachedPod, now: Timestamp, wait: Duration) -> Op
     Some(duration_between(now, due))
 }
 
+/// How often a stuck Pod whose force delete waits for its node is looked at
+/// again (a node deleted or tainted wakes no TFJob up).
+pub const STUCK_POD_RECHECK: Duration = Duration::from_secs(30);
+
 fn force_delete_stuck(p: &mut Plan, children: &Children<'_>, now: Timestamp, wait: Duration) {
     for pod in children.pods.values().flatten() {
         match stuck_on_lost_node(pod, now, wait) {
-            Some(left) if left.is_zero() => p.actions.push(Action::DeletePod {
-                name: pod.metadata.name.clone().unwrap_or_default(),
-                uid: pod.metadata.uid.clone(),
-                force: true,
-            }),
+            Some(left) if left.is_zero() => {
+                p.actions.push(Action::DeletePod {
+                    name: pod.metadata.name.clone().unwrap_or_default(),
+                    uid: pod.metadata.uid.clone(),
+                    force: true,
+                });
+                // The delete waits for the node to be gone or out of
+                // service (`super::lost_node`): look again later.
+                p.requeue_in(STUCK_POD_RECHECK);
+            }
             Some(left) => p.requeue_in(left),
             None => {}
         }

@@ -20,6 +20,7 @@ use crate::runtime::events::EventType;
 use crate::tfjob::children::{ChildContext, owner_reference};
 use crate::tfjob::creation_events::creation_event;
 use crate::tfjob::gang::PodInGroup;
+use crate::tfjob::lost_node;
 use crate::tfjob::messages;
 use crate::tfjob::plan::{Action, Plan};
 
@@ -272,6 +273,18 @@ impl TfJobReconciler {
         uid: Option<&str>,
         force: bool,
     ) -> Result<(), SyncError> {
+        if force && !self.force_delete_on_any_node {
+            let node = lost_node::node_state(&self.client, pods, name).await;
+            if !node.allows_force_delete() {
+                tracing::warn!(job = %key, pod = name, ?node, "stuck Pod not force-deleted: its node may still run it");
+                self.recorder
+                    .warning(job, event::STUCK_POD_KEPT, node.why_kept(name));
+                if let Some(uid) = uid {
+                    self.expectations.deletion_failed(key, uid);
+                }
+                return Ok(());
+            }
+        }
         let params = DeleteParams {
             preconditions: uid.map(|uid| Preconditions {
                 uid: Some(uid.to_owned()),
@@ -290,7 +303,7 @@ impl TfJobReconciler {
                     job,
                     event::FORCE_DELETED_POD,
                     format!(
-                        "Force-deleted pod: {name} (disrupted, and still terminating after its grace period: its node stopped responding)"
+                        "Force-deleted pod: {name} (disrupted, and still terminating after its grace period: its node stopped responding and is gone or out of service)"
                     ),
                 );
                 Ok(())
