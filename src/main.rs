@@ -284,6 +284,8 @@ async fn run(
         workers: args.workers,
         cluster_domain: args.cluster_domain.clone(),
         write_concurrency: args.write_concurrency,
+        fold_create_events: args.fold_create_events,
+        force_delete_on_any_node: args.force_delete_stuck_pods_on_any_node,
         status_schema,
         force_delete_stuck_after: (args.force_delete_stuck_pods_after_seconds > 0)
             .then(|| Duration::from_secs(args.force_delete_stuck_pods_after_seconds)),

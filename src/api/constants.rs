@@ -129,6 +129,8 @@ pub mod event {
     /// Ours: a Pod stuck terminating on a lost node was force-deleted.
     pub const FORCE_DELETED_POD: &str = "ForceDeletedPod";
     pub const FAILED_DELETE_POD: &str = "FailedDeletePod";
+    /// Ours: a stuck Pod left alone because its node may still run it.
+    pub const STUCK_POD_KEPT: &str = "StuckPodKept";
     pub const SUCCESSFUL_CREATE_SERVICE: &str = "SuccessfulCreateService";
     pub const FAILED_CREATE_SERVICE: &str = "FailedCreateService";
     pub const SUCCESSFUL_DELETE_SERVICE: &str = "SuccessfulDeleteService";

@@ -49,7 +49,8 @@ pub struct RunArgs {
     /// Concurrent reconciles (different jobs are reconciled in parallel; one job never is).
     #[arg(long, env = "TFJOB_WORKERS", default_value_t = 4)]
     pub workers: usize,
-    /// Where /metrics is served: `:8080`, `host:port`, `[::1]:8080`, or `0` (off).
+    /// Where /metrics is served: `:8080` (every interface, IPv6 and IPv4;
+    /// IPv4 only where IPv6 is off), `host:port`, `[::1]:8080`, or `0` (off).
     #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = ":8080")]
     pub metrics_bind_address: BindAddress,
     /// Serve /metrics over HTTPS, only to bearer tokens the API server
@@ -116,6 +117,12 @@ pub struct RunArgs {
     /// Parallel API writes within one reconcile (creating a big job's Pods).
     #[arg(long, env = "TFJOB_WRITE_CONCURRENCY", default_value_t = 16)]
     pub write_concurrency: usize,
+    /// Record one Event per kind of child a reconcile created ("Created 4
+    /// pods: a, b, …" with count 4) instead of Kubeflow's one
+    /// `SuccessfulCreatePod`/`SuccessfulCreateService` per child: fewer
+    /// writes for very large jobs, but not the messages scripts grep for.
+    #[arg(long, env = "TFJOB_FOLD_CREATE_EVENTS")]
+    pub fold_create_events: bool,
     /// Gang scheduling with Kubernetes' own PodGroups (scheduling.k8s.io/v1beta1):
     /// auto gangs the jobs that set runPolicy.schedulingPolicy when the API is
     /// served; on gangs every job (and refuses to start without the API); off never.
@@ -142,13 +149,20 @@ pub struct RunArgs {
     /// Force-delete a replica's Pod that was disrupted (e.g. evicted from a
     /// node that stopped responding) and is still terminating this many
     /// seconds after its grace period ended, so the job can replace it
-    /// instead of hanging in Restarting (0: never).
+    /// instead of hanging in Restarting (0: never). Only once its node is
+    /// deleted or tainted `node.kubernetes.io/out-of-service`, unless
+    /// `--force-delete-stuck-pods-on-any-node`.
     #[arg(
         long,
         env = "FORCE_DELETE_STUCK_PODS_AFTER_SECONDS",
         default_value_t = 300
     )]
     pub force_delete_stuck_pods_after_seconds: u64,
+    /// Force-delete stuck Pods after the wait even when their node still
+    /// exists without the out-of-service taint: a partitioned node may
+    /// still run the old container next to its replacement.
+    #[arg(long, env = "FORCE_DELETE_STUCK_PODS_ON_ANY_NODE")]
+    pub force_delete_stuck_pods_on_any_node: bool,
     /// Seconds a read or write to the API server may take to answer (a
     /// watch gets its own timeoutSeconds plus 30 s).
     #[arg(long, env = "KUBE_API_TIMEOUT_SECONDS", default_value_t = 30)]
@@ -230,7 +244,7 @@ mod tests {
         let defaults = run_args(&[]).unwrap();
         assert_eq!(
             defaults.metrics_bind_address.addr(),
-            Some("0.0.0.0:8080".parse().unwrap())
+            Some("[::]:8080".parse().unwrap())
         );
         assert!(run_args(&["--metrics-bind-address=8080"]).is_err());
     }

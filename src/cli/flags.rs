@@ -66,12 +66,15 @@ impl FromStr for BindAddress {
         if s == "0" {
             return Ok(Self::Off);
         }
-        // Go's ":8080" listens on every interface. We take IPv4's
-        // "every interface": binding "[::]" fails in Pods whose network has
-        // IPv6 switched off; name "[::]:8080" to listen on both.
+        // Go's ":8080" listens on every interface of both families: `[::]`,
+        // which the listener binds dual-stack, falling back to IPv4's
+        // 0.0.0.0 where IPv6 is off (`crate::runtime::manager::listen`).
         if let Some(port) = s.strip_prefix(':').filter(|p| !p.contains(':')) {
             let port = port.parse::<u16>().map_err(|_| err("bad port"))?;
-            return Ok(Self::At(SocketAddr::from(([0, 0, 0, 0], port))));
+            return Ok(Self::At(SocketAddr::from((
+                std::net::Ipv6Addr::UNSPECIFIED,
+                port,
+            ))));
         }
         if let Ok(addr) = s.parse::<SocketAddr>() {
             return Ok(Self::At(addr));
@@ -181,12 +184,12 @@ mod tests {
     fn bind_addresses_parse_as_controller_runtime_spells_them() {
         for (input, want) in [
             ("0", BindAddress::Off),
-            (":8080", at("0.0.0.0:8080")),
+            (":8080", at("[::]:8080")),
             ("127.0.0.1:9090", at("127.0.0.1:9090")),
             ("0.0.0.0:8081", at("0.0.0.0:8081")),
             ("[::1]:8080", at("[::1]:8080")),
             ("[::]:8080", at("[::]:8080")),
-            (":0", at("0.0.0.0:0")),
+            (":0", at("[::]:0")),
         ] {
             assert_eq!(input.parse::<BindAddress>(), Ok(want), "{input}");
         }

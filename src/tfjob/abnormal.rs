@@ -12,6 +12,7 @@
 use k8s_openapi::api::core::v1::ContainerStatus;
 
 use super::cached::CachedPod;
+use super::messages;
 
 /// One Warning to record: `(reason, message)`.
 pub type Abnormal = (String, String);
@@ -42,10 +43,7 @@ pub fn abnormal(pod: &CachedPod) -> Vec<Abnormal> {
     match newest {
         Some(c) if c.status != "True" => vec![(
             c.reason.clone().unwrap_or_else(|| c.type_.clone()),
-            format!(
-                "Error pod {name} condition message: {}",
-                c.message.as_deref().unwrap_or_default()
-            ),
+            messages::pod_condition(name, c.message.as_deref().unwrap_or_default()),
         )],
         _ => Vec::new(),
     }
@@ -56,11 +54,11 @@ fn container_abnormal(pod: &str, c: &ContainerStatus) -> Option<Abnormal> {
     if let Some(t) = state.terminated.as_ref().filter(|t| t.exit_code != 0) {
         return Some((
             t.reason.clone().unwrap_or_else(|| "Error".into()),
-            format!(
-                "Error pod {pod} container {} exitCode: {} terminated message: {}",
-                c.name,
+            messages::pod_terminated(
+                pod,
+                &c.name,
                 t.exit_code,
-                t.message.as_deref().unwrap_or_default()
+                t.message.as_deref().unwrap_or_default(),
             ),
         ));
     }
@@ -70,11 +68,7 @@ fn container_abnormal(pod: &str, c: &ContainerStatus) -> Option<Abnormal> {
         .filter(|w| w.message.as_deref().is_some_and(|m| !m.is_empty()))?;
     Some((
         w.reason.clone().unwrap_or_else(|| "Waiting".into()),
-        format!(
-            "Error pod {pod} container {} waiting message: {}",
-            c.name,
-            w.message.as_deref().unwrap_or_default()
-        ),
+        messages::pod_waiting(pod, &c.name, w.message.as_deref().unwrap_or_default()),
     ))
 }
 

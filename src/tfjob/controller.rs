@@ -38,6 +38,12 @@ pub struct Options {
     pub workers: usize,
     pub cluster_domain: Option<String>,
     pub write_concurrency: usize,
+    /// One Event per kind of child created in a pass instead of one per
+    /// child ([`super::creation_events`]).
+    pub fold_create_events: bool,
+    /// Force-delete stuck Pods whatever their node's state, not only when
+    /// it is gone or out of service ([`super::lost_node`]).
+    pub force_delete_on_any_node: bool,
     /// The installed CRD's status schema ([`super::schema`]).
     pub status_schema: StatusSchema,
     /// See [`PlanConfig::force_delete_stuck_after`].
@@ -138,6 +144,8 @@ pub fn reconciler(
             gang: options.gang,
         },
         write_concurrency: options.write_concurrency,
+        fold_create_events: options.fold_create_events,
+        force_delete_on_any_node: options.force_delete_on_any_node,
         written: WrittenStatus::default(),
         deferred: DeferredStatus::default(),
     }

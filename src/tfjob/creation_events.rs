@@ -1,14 +1,20 @@
-//! One Event per kind of child a reconcile created, instead of one per child.
+//! The messages of the Events for created children.
 //!
 //! Kubeflow records `SuccessfulCreatePod` "Created pod: <name>" for every
-//! Pod and `SuccessfulCreateService` for every Service: eight Event writes
-//! for a four-replica job, as many as the children themselves. client-go's
-//! EventCorrelator would fold them only after ten similar events, and then
-//! still patch the folded Event once per occurrence. Here the creates of one
-//! pass become one Event per kind with `count` set to the number created
-//! (`kubectl describe` shows "(x4 over 0s)") and the names in the message,
-//! so the story is the same, told in two writes instead of eight. A single
-//! create keeps Kubeflow's exact message.
+//! Pod and `SuccessfulCreateService` "Created service: <name>" for every
+//! Service, and so do we by default ([`created_child`]): scripts grep for
+//! exactly that. It costs as many Event writes as children (eight for a
+//! four-replica job); client-go's EventCorrelator combines them only from
+//! the tenth on, and still patches the combined Event once per occurrence.
+//!
+//! Under `--fold-create-events` ([`creation_event`]) the creates of one pass
+//! become one Event per kind with `count` set to the number created
+//! (`kubectl describe` shows "(x4 over 0s)") and the names in the message:
+//! the same story in two writes instead of eight, for very large jobs whose
+//! operators accept messages Kubeflow does not write. A single create keeps
+//! Kubeflow's exact message.
+
+use super::messages::created_child;
 
 /// Names listed in one message; beyond this many the rest are counted.
 pub const LISTED_NAMES: usize = 10;
@@ -20,7 +26,7 @@ pub fn creation_event(kind: &str, names: &[String]) -> Option<(String, i32)> {
     let count = i32::try_from(names.len()).unwrap_or(i32::MAX);
     match names {
         [] => None,
-        [one] => Some((format!("Created {kind}: {one}"), 1)),
+        [one] => Some((created_child(kind, one), 1)),
         _ => {
             let listed = names[..names.len().min(LISTED_NAMES)].join(", ");
             let message = match names.len().checked_sub(LISTED_NAMES) {

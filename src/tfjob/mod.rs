@@ -13,6 +13,10 @@ pub mod controller;
 pub mod creation_events;
 pub mod gang;
 pub mod index_set;
+pub mod lost_node;
+pub mod messages;
+#[cfg(test)]
+mod messages_tests;
 pub mod metrics;
 pub mod observer;
 pub mod plan;

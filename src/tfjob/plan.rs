@@ -50,6 +50,7 @@ use super::children::{ChildContext, owner_reference, replica_of};
 use super::conditions::{self, is_finished, is_true};
 use super::gang::{self, GangScheduling, Step, Unplaced};
 use super::index_set;
+use super::messages;
 use super::schema::StatusSchema;
 use super::tf_config::replica_name;
 
@@ -240,7 +241,7 @@ fn plan_into(
         .iter()
         .any(|c| c.type_ == condition::CREATED)
     {
-        let msg = format!("TFJob {name} is created.");
+        let msg = messages::created(name);
         conditions::set(
             &mut p.status,
             condition::CREATED,
@@ -309,7 +310,7 @@ fn plan_into(
         return;
     }
     if is_true(&p.status, condition::SUSPENDED) {
-        let msg = format!("TFJob {name} is resumed.");
+        let msg = messages::resumed(name);
         p.event(false, reason::RESUMED, msg.clone());
         conditions::set(
             &mut p.status,
@@ -347,8 +348,7 @@ fn plan_into(
                 stop_unfinished: true,
                 ..Bookkeeping::of(job)
             };
-            let msg =
-                format!("Job {name} has failed because it has reached the specified backoff limit");
+            let msg = messages::backoff_limit_exceeded(name);
             fail(p, msg, &now);
             finish(p, &spec, &children, obs.now, true, false);
             return;
@@ -360,9 +360,7 @@ fn plan_into(
             .unwrap_or(start);
         if obs.now >= ends {
             books.stop_unfinished = true;
-            let msg = format!(
-                "Job {name} has failed because it was active longer than specified deadline"
-            );
+            let msg = messages::deadline_exceeded(name);
             fail(p, msg, &now);
             finish(p, &spec, &children, obs.now, true, false);
             return;
@@ -381,16 +379,10 @@ fn plan_into(
         p.event(
             false,
             event::EXITED_WITH_CODE,
-            format!(
-                "Pod: {namespace}.{} exited with code {}",
-                retry.pod, retry.exit_code
-            ),
+            messages::exited_with_code(namespace, &retry.pod, retry.exit_code),
         );
         if !retry.evicted {
-            let msg = format!(
-                "job {name} is restarting because {} replica(s) failed.",
-                retry.rtype
-            );
+            let msg = messages::restarting(name, retry.rtype.as_str());
             p.event(true, reason::RESTARTING, msg.clone());
             conditions::set(
                 &mut p.status,
@@ -554,14 +546,23 @@ pub fn stuck_on_lost_node(pod: &CachedPod, now: Timestamp, wait: Duration) -> Op
     Some(duration_between(now, due))
 }
 
+/// How often a stuck Pod whose force delete waits for its node is looked at
+/// again (a node deleted or tainted wakes no TFJob up).
+pub const STUCK_POD_RECHECK: Duration = Duration::from_secs(30);
+
 fn force_delete_stuck(p: &mut Plan, children: &Children<'_>, now: Timestamp, wait: Duration) {
     for pod in children.pods.values().flatten() {
         match stuck_on_lost_node(pod, now, wait) {
-            Some(left) if left.is_zero() => p.actions.push(Action::DeletePod {
-                name: pod.metadata.name.clone().unwrap_or_default(),
-                uid: pod.metadata.uid.clone(),
-                force: true,
-            }),
+            Some(left) if left.is_zero() => {
+                p.actions.push(Action::DeletePod {
+                    name: pod.metadata.name.clone().unwrap_or_default(),
+                    uid: pod.metadata.uid.clone(),
+                    force: true,
+                });
+                // The delete waits for the node to be gone or out of
+                // service (`super::lost_node`): look again later.
+                p.requeue_in(STUCK_POD_RECHECK);
+            }
             Some(left) => p.requeue_in(left),
             None => {}
         }
@@ -587,8 +588,8 @@ fn update_conditions(
     namespace: &str,
     now: &Time,
 ) {
-    let running_msg = || format!("TFJob {namespace}/{name} is running.");
-    let done_msg = || format!("TFJob {namespace}/{name} successfully completed.");
+    let running_msg = || messages::running(namespace, name);
+    let done_msg = || messages::succeeded(namespace, name);
     let status_of =
         |rtype: ReplicaType| t.statuses.get(rtype.as_str()).cloned().unwrap_or_default();
     // With a Chief: it decides both. Without: Workers do (worker 0, or all
@@ -628,11 +629,10 @@ fn update_conditions(
             p.event(
                 false,
                 event::EXITED_WITH_CODE,
-                format!("Pod: {namespace}.{pod} exited with code {code}"),
+                messages::exited_with_code(namespace, pod, code),
             );
         }
-        let msg =
-            format!("TFJob {namespace}/{name} has failed because {n} {rtype} replica(s) failed.");
+        let msg = messages::replicas_failed(namespace, name, n, rtype.as_str());
         fail(p, msg, now);
         return;
     }
@@ -669,7 +669,7 @@ fn explain_unscheduled(p: &mut Plan, t: &Tally, name: &str, unplaced: Option<&Un
             .find(|c| c.type_ == condition::CREATED)
         {
             created.reason = Some(reason::GANG_UNSCHEDULABLE.to_owned());
-            created.message = Some(format!("TFJob {name} is created. Its {line}"));
+            created.message = Some(format!("{} Its {line}", messages::created(name)));
         }
         return;
     }
@@ -681,10 +681,11 @@ fn explain_unscheduled(p: &mut Plan, t: &Tally, name: &str, unplaced: Option<&Un
         .collect();
     let message = match unschedulable.first() {
         Some(first) => format!(
-            "TFJob {name} is created. {} Pod(s) cannot be scheduled; first: {first}",
+            "{} {} Pod(s) cannot be scheduled; first: {first}",
+            messages::created(name),
             unschedulable.len()
         ),
-        None => format!("TFJob {name} is created."),
+        None => messages::created(name),
     };
     if let Some(created) = p
         .status
@@ -785,7 +786,7 @@ fn suspend(p: &mut Plan, name: &str, children: &Children<'_>, now: &Time) {
     for rs in p.status.replica_statuses.values_mut() {
         rs.active = 0;
     }
-    let msg = format!("TFJob {name} is suspended.");
+    let msg = messages::suspended(name);
     if is_true(&p.status, condition::RUNNING) {
         conditions::set(
             &mut p.status,

@@ -136,6 +136,10 @@ pub struct TfJobReconciler {
     pub metrics: JobMetrics,
     pub plan_config: PlanConfig,
     pub write_concurrency: usize,
+    /// See [`super::controller::Options::fold_create_events`].
+    pub fold_create_events: bool,
+    /// See [`super::controller::Options::force_delete_on_any_node`].
+    pub force_delete_on_any_node: bool,
     /// Our own recent status writes, for reading them before the cache has them.
     pub written: WrittenStatus,
     /// Status changes planned but waiting to be written with the next ones.

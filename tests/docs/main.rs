@@ -62,10 +62,14 @@
 //!    markers must be what its committed results file in `benches/results/`
 //!    renders, and every results file says its commit, command, machine and
 //!    date.
+//! 10. **Kubeflow's texts** ([`compat`]): the compatibility doc lists every
+//!     message of `tfjob::messages::KUBEFLOW` and names each deliberate
+//!     difference.
 //!
 //! One module per kind of check; [`repo`] and [`markdown`] are what they
 //! share.
 mod chapters;
+mod compat;
 mod excerpts;
 mod links;
 mod markdown;

@@ -7,11 +7,17 @@
 //!   type (burst 25, one token back every 300 s);
 //! - aggregation: a repeat of an event already written (same object, type,
 //!   reason and message) patches the existing Event's `count` and
-//!   `lastTimestamp` instead of creating another object.
+//!   `lastTimestamp` instead of creating another object;
+//! - similar events (`EventAggregator`): once an object has had
+//!   [`SIMILAR_THRESHOLD`] different messages with the same type and reason
+//!   within [`SIMILAR_INTERVAL`], the next ones become one Event whose
+//!   message is the latest prefixed with [`COMBINED_PREFIX`], patched on
+//!   every occurrence. The first nine are written as they are, so a user
+//!   sees a controller's own messages first.
 //!
 //! Both caches are bounded (4096 entries, oldest-inserted evicted first, a
 //! simpler policy than client-go's LRU). It never talks to the API server.
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::time::Duration;
 
@@ -23,6 +29,14 @@ use super::{EventRecord, EventType};
 pub const SPAM_BURST: u32 = 25;
 /// client-go's spam filter refill: one more event per this period.
 pub const SPAM_REFILL_EVERY: Duration = Duration::from_secs(300);
+/// client-go's `defaultAggregateMaxEvents`: different messages with one
+/// reason before they are combined.
+pub const SIMILAR_THRESHOLD: usize = 10;
+/// client-go's `defaultAggregateIntervalInSeconds`: a quiet spell this long
+/// starts the count of similar events again.
+pub const SIMILAR_INTERVAL: Duration = Duration::from_secs(600);
+/// client-go's `EventAggregatorByReasonMessageFunc` prefix.
+pub const COMBINED_PREFIX: &str = "(combined from similar events): ";
 /// client-go's `maxLruCacheEntries`.
 const CACHE_ENTRIES: usize = 4096;
 
@@ -49,12 +63,22 @@ impl EventRecord {
         }
     }
 
+    fn similar_key(&self) -> SimilarKey {
+        SimilarKey {
+            object: self.object_key(),
+            type_: self.type_,
+            reason: self.reason.clone(),
+        }
+    }
+
+    /// Which Event this one repeats: the same message, or for a combined
+    /// event the one combined Event of its reason, whatever its message.
     fn aggregate_key(&self) -> AggregateKey {
         AggregateKey {
             object: self.object_key(),
             type_: self.type_,
             reason: self.reason.clone(),
-            message: self.message.clone(),
+            message: (!self.combined).then(|| self.message.clone()),
         }
     }
 }
@@ -84,13 +108,30 @@ struct SpamKey {
     type_: EventType,
 }
 
-/// The aggregation key: object + type + reason + message.
+/// The aggregation key: object + type + reason + message (`None` for the
+/// combined Event of similar events, client-go's `aggregateKey`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct AggregateKey {
     object: ObjectIdentity,
     type_: EventType,
     reason: String,
-    message: String,
+    message: Option<String>,
+}
+
+/// Similar events: client-go's `EventAggregatorByReasonFunc` key (the
+/// reporter, the object, the type and the reason).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct SimilarKey {
+    object: ObjectIdentity,
+    type_: EventType,
+    reason: String,
+}
+
+/// client-go's `aggregateRecord`: the different messages seen lately.
+#[derive(Clone, Debug)]
+struct SimilarRecord {
+    messages: HashSet<String>,
+    last: Instant,
 }
 
 /// A map that forgets its oldest-inserted entry beyond `capacity`.
@@ -200,6 +241,7 @@ struct Written {
 pub struct EventCorrelator {
     buckets: BoundedMap<SpamKey, TokenBucket>,
     written: BoundedMap<AggregateKey, Written>,
+    similar: BoundedMap<SimilarKey, SimilarRecord>,
     burst: u32,
     refill_every: Duration,
 }
@@ -216,15 +258,19 @@ impl EventCorrelator {
         Self {
             buckets: BoundedMap::new(CACHE_ENTRIES),
             written: BoundedMap::new(CACHE_ENTRIES),
+            similar: BoundedMap::new(CACHE_ENTRIES),
             burst,
             refill_every,
         }
     }
 
-    /// Decides what to do with `event`. The spam filter runs first, on every
-    /// event, repeats included: a hot loop must not patch an Event 100 times
-    /// a second either.
-    pub fn correlate(&mut self, event: &EventRecord, now: Instant) -> Decision {
+    /// Decides what to do with `event`, first combining it with similar
+    /// ones if its reason has had [`SIMILAR_THRESHOLD`] different messages
+    /// lately (which rewrites its message, as client-go's `EventAggregate`
+    /// does). The spam filter then runs on every event, repeats included: a
+    /// hot loop must not patch an Event 100 times a second either.
+    pub fn correlate(&mut self, event: &mut EventRecord, now: Instant) -> Decision {
+        self.combine_similar(event, now);
         let (burst, refill) = (self.burst, self.refill_every);
         let bucket = self
             .buckets
@@ -240,6 +286,36 @@ impl EventCorrelator {
             },
             None => Decision::Create,
         }
+    }
+
+    /// client-go's `EventAggregate`: counts the different messages of
+    /// `event`'s reason; from the [`SIMILAR_THRESHOLD`]th on, `event` becomes
+    /// the combined Event (its message prefixed). The set never grows past
+    /// the threshold (client-go pops one message each time, then adds the
+    /// next).
+    fn combine_similar(&mut self, event: &mut EventRecord, now: Instant) {
+        if event.combined {
+            return;
+        }
+        let record = self
+            .similar
+            .get_or_insert_with(&event.similar_key(), || SimilarRecord {
+                messages: HashSet::new(),
+                last: now,
+            });
+        if now.duration_since(record.last) > SIMILAR_INTERVAL {
+            record.messages.clear();
+        }
+        record.last = now;
+        record.messages.insert(event.message.clone());
+        if record.messages.len() < SIMILAR_THRESHOLD {
+            return;
+        }
+        if let Some(any) = record.messages.iter().next().cloned() {
+            record.messages.remove(&any);
+        }
+        event.message = format!("{COMBINED_PREFIX}{}", event.message);
+        event.combined = true;
     }
 
     /// Records that `event` now exists as the Event `name` with `count`.
@@ -273,11 +349,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_first_event_is_created_and_its_repeat_patches_it() {
         let mut c = EventCorrelator::default();
-        let e = event_about("a", "Created", "created pod");
-        assert_eq!(c.correlate(&e, Instant::now()), Decision::Create);
+        let mut e = event_about("a", "Created", "created pod");
+        assert_eq!(c.correlate(&mut e, Instant::now()), Decision::Create);
         c.written(&e, "ns", "a.1", 1);
         assert_eq!(
-            c.correlate(&e, Instant::now()),
+            c.correlate(&mut e, Instant::now()),
             Decision::Patch {
                 namespace: "ns".into(),
                 name: "a.1".into(),
@@ -286,7 +362,7 @@ mod tests {
         );
         c.written(&e, "ns", "a.1", 2);
         assert_eq!(
-            c.correlate(&e, Instant::now()),
+            c.correlate(&mut e, Instant::now()),
             Decision::Patch {
                 namespace: "ns".into(),
                 name: "a.1".into(),
@@ -300,10 +376,10 @@ mod tests {
         let mut c = EventCorrelator::default();
         let mut e = event_about("a", "SuccessfulCreatePod", "Created 4 pods");
         e.count = 4;
-        assert_eq!(c.correlate(&e, Instant::now()), Decision::Create);
+        assert_eq!(c.correlate(&mut e, Instant::now()), Decision::Create);
         c.written(&e, "ns", "a.1", 4);
         assert_eq!(
-            c.correlate(&e, Instant::now()),
+            c.correlate(&mut e, Instant::now()),
             Decision::Patch {
                 namespace: "ns".into(),
                 name: "a.1".into(),
@@ -315,15 +391,15 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_different_message_or_object_is_a_different_event() {
         let mut c = EventCorrelator::default();
-        let e = event_about("a", "Created", "one");
-        assert_eq!(c.correlate(&e, Instant::now()), Decision::Create);
+        let mut e = event_about("a", "Created", "one");
+        assert_eq!(c.correlate(&mut e, Instant::now()), Decision::Create);
         c.written(&e, "ns", "a.1", 1);
         assert_eq!(
-            c.correlate(&event_about("a", "Created", "two"), Instant::now()),
+            c.correlate(&mut event_about("a", "Created", "two"), Instant::now()),
             Decision::Create
         );
         assert_eq!(
-            c.correlate(&event_about("b", "Created", "one"), Instant::now()),
+            c.correlate(&mut event_about("b", "Created", "one"), Instant::now()),
             Decision::Create
         );
     }
@@ -331,60 +407,68 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_forgotten_event_is_created_again() {
         let mut c = EventCorrelator::default();
-        let e = event_about("a", "Created", "one");
+        let mut e = event_about("a", "Created", "one");
         c.written(&e, "ns", "a.1", 4);
         c.forget(&e);
-        assert_eq!(c.correlate(&e, Instant::now()), Decision::Create);
+        assert_eq!(c.correlate(&mut e, Instant::now()), Decision::Create);
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_spam_filter_allows_a_burst_of_25_per_object_then_one_per_300_seconds() {
         let mut c = EventCorrelator::default();
         for i in 0..25 {
-            let e = event_about("a", "R", &format!("m{i}"));
-            assert_ne!(c.correlate(&e, Instant::now()), Decision::Drop, "event {i}");
+            let mut e = event_about("a", "R", &format!("m{i}"));
+            assert_ne!(
+                c.correlate(&mut e, Instant::now()),
+                Decision::Drop,
+                "event {i}"
+            );
         }
-        let e = event_about("a", "R", "one too many");
-        assert_eq!(c.correlate(&e, Instant::now()), Decision::Drop);
+        let mut e = event_about("a", "R", "one too many");
+        assert_eq!(c.correlate(&mut e, Instant::now()), Decision::Drop);
         // Another object has its own bucket.
         assert_eq!(
-            c.correlate(&event_about("b", "R", "m"), Instant::now()),
+            c.correlate(&mut event_about("b", "R", "m"), Instant::now()),
             Decision::Create
         );
 
         tokio::time::advance(Duration::from_secs(299)).await;
-        assert_eq!(c.correlate(&e, Instant::now()), Decision::Drop);
+        assert_eq!(c.correlate(&mut e, Instant::now()), Decision::Drop);
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(c.correlate(&e, Instant::now()), Decision::Create);
-        assert_eq!(c.correlate(&e, Instant::now()), Decision::Drop);
+        assert_eq!(c.correlate(&mut e, Instant::now()), Decision::Create);
+        assert_eq!(c.correlate(&mut e, Instant::now()), Decision::Drop);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_warning_still_gets_through_after_the_normal_events_used_up_their_burst() {
         let mut c = EventCorrelator::default();
         for i in 0..25 {
-            let e = event_about("a", "Progress", &format!("step {i}"));
-            assert_ne!(c.correlate(&e, Instant::now()), Decision::Drop, "event {i}");
+            let mut e = event_about("a", "Progress", &format!("step {i}"));
+            assert_ne!(
+                c.correlate(&mut e, Instant::now()),
+                Decision::Drop,
+                "event {i}"
+            );
         }
-        let normal = event_about("a", "Progress", "one too many");
-        assert_eq!(c.correlate(&normal, Instant::now()), Decision::Drop);
+        let mut normal = event_about("a", "Progress", "one too many");
+        assert_eq!(c.correlate(&mut normal, Instant::now()), Decision::Drop);
         let mut warning = event_about("a", "Failed", "the job failed");
         warning.type_ = EventType::Warning;
-        assert_eq!(c.correlate(&warning, Instant::now()), Decision::Create);
+        assert_eq!(c.correlate(&mut warning, Instant::now()), Decision::Create);
     }
 
     #[tokio::test(start_paused = true)]
     async fn each_reporting_component_has_its_own_spam_bucket() {
         let mut c = EventCorrelator::new(1, SPAM_REFILL_EVERY);
-        let e = event_about("a", "R", "m");
-        assert_eq!(c.correlate(&e, Instant::now()), Decision::Create);
-        assert_eq!(c.correlate(&e, Instant::now()), Decision::Drop);
+        let mut e = event_about("a", "R", "m");
+        assert_eq!(c.correlate(&mut e, Instant::now()), Decision::Create);
+        assert_eq!(c.correlate(&mut e, Instant::now()), Decision::Drop);
         let mut other = e.clone();
         other.source = Arc::new(EventSourceInfo {
             component: "other-controller".into(),
             instance: None,
         });
-        assert_eq!(c.correlate(&other, Instant::now()), Decision::Create);
+        assert_eq!(c.correlate(&mut other, Instant::now()), Decision::Create);
     }
 
     #[tokio::test(start_paused = true)]
@@ -396,6 +480,93 @@ mod tests {
         assert!(bucket.try_take(now));
         assert!(bucket.try_take(now));
         assert!(!bucket.try_take(now));
+    }
+
+    /// Publishes "Created pod: j-worker-<i>" for each `i`, writing what is
+    /// created or patched, and returns each event's message and decision.
+    fn create_pods(
+        c: &mut EventCorrelator,
+        indexes: std::ops::Range<usize>,
+    ) -> Vec<(String, Decision)> {
+        indexes
+            .map(|i| {
+                let mut e = event_about(
+                    "j",
+                    "SuccessfulCreatePod",
+                    &format!("Created pod: j-worker-{i}"),
+                );
+                let decision = c.correlate(&mut e, Instant::now());
+                match &decision {
+                    Decision::Create => c.written(&e, "ns", &format!("j.{i}"), 1),
+                    Decision::Patch {
+                        namespace,
+                        name,
+                        count,
+                    } => c.written(&e, &namespace.clone(), &name.clone(), *count),
+                    Decision::Drop => {}
+                }
+                (e.message, decision)
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nine_different_messages_of_one_reason_are_written_as_they_are() {
+        let mut c = EventCorrelator::default();
+        for (i, (message, decision)) in create_pods(&mut c, 0..9).into_iter().enumerate() {
+            assert_eq!(message, format!("Created pod: j-worker-{i}"));
+            assert_eq!(decision, Decision::Create);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_tenth_different_message_and_the_ones_after_it_are_one_combined_event() {
+        let mut c = EventCorrelator::default();
+        let written = create_pods(&mut c, 0..12);
+        assert_eq!(
+            written[9],
+            (
+                "(combined from similar events): Created pod: j-worker-9".to_owned(),
+                Decision::Create
+            )
+        );
+        for (i, count) in [(10, 2), (11, 3)] {
+            assert_eq!(
+                written[i],
+                (
+                    format!("(combined from similar events): Created pod: j-worker-{i}"),
+                    Decision::Patch {
+                        namespace: "ns".into(),
+                        name: "j.9".into(),
+                        count
+                    }
+                ),
+                "event {i}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn another_reason_has_its_own_count_of_similar_messages() {
+        let mut c = EventCorrelator::default();
+        create_pods(&mut c, 0..9);
+        let mut service = event_about("j", "SuccessfulCreateService", "Created service: j-0");
+        assert_eq!(c.correlate(&mut service, Instant::now()), Decision::Create);
+        assert_eq!(service.message, "Created service: j-0");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ten_quiet_minutes_start_the_count_of_similar_messages_again() {
+        let mut c = EventCorrelator::default();
+        create_pods(&mut c, 0..9);
+        tokio::time::advance(SIMILAR_INTERVAL + Duration::from_secs(1)).await;
+        let written = create_pods(&mut c, 9..18);
+        assert!(
+            written
+                .iter()
+                .all(|(m, d)| !m.starts_with(COMBINED_PREFIX) && *d == Decision::Create),
+            "{written:?}"
+        );
     }
 
     #[test]

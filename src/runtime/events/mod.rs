@@ -24,12 +24,15 @@
 //!   `count` occurrences (a controller that did the same thing to several
 //!   objects in one pass, e.g. created a job's Pods): one write with that
 //!   `count` instead of one write per occurrence, which is what the
-//!   correlator's aggregation would leave after the fact, minus the writes.
+//!   correlator's aggregation would leave after the fact, minus the writes
+//!   (the TFJob controller uses it only under `--fold-create-events`);
+//! - similar events: as client-go's `EventAggregator`, the tenth different
+//!   message with the same reason about one object within ten minutes, and
+//!   every one after it, goes into one Event whose message is the latest,
+//!   prefixed "(combined from similar events): ".
 //!
-//! Both caches are bounded (4096 entries, oldest-inserted evicted first, a
-//! simpler policy than client-go's LRU). Unlike client-go, different messages
-//! with the same reason are not folded into one "combined from similar
-//! events" Event. This module never panics on API errors: a failed write is
+//! The caches are bounded (4096 entries, oldest-inserted evicted first, a
+//! simpler policy than client-go's LRU). This module never panics on API errors: a failed write is
 //! logged and counted, then forgotten.
 //!
 //! The recorder is here, the correlator in `correlator.rs`, the writer (the
@@ -86,6 +89,9 @@ pub struct EventRecord {
     pub at: Timestamp,
     /// Who reported it.
     pub source: Arc<EventSourceInfo>,
+    /// Set by the correlator when this event stands for similar ones
+    /// (its message then carries client-go's "combined" prefix).
+    pub combined: bool,
 }
 
 /// The reporter of an event: `source.component`/`reportingComponent` and
@@ -238,6 +244,7 @@ impl EventRecorder {
             count: count.max(1),
             at: Timestamp::now(),
             source: self.source.clone(),
+            combined: false,
         };
         if self.tx.try_send(record).is_err() {
             self.metrics.drop_for("queue_full");
@@ -290,6 +297,7 @@ mod tests {
                 component: "tfjob-controller".into(),
                 instance: Some("pod-1".into()),
             }),
+            combined: false,
         }
     }
 

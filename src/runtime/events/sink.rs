@@ -138,9 +138,12 @@ pub(super) async fn write(
             name,
             count,
         } => {
+            // The message too, as client-go's patch carries it: a combined
+            // Event shows the latest of the similar messages.
             let patch = serde_json::json!({
                 "count": count,
                 "lastTimestamp": Time(event.at),
+                "message": event.message,
             });
             match sink.patch(namespace, name, &patch).await {
                 Ok(()) => written(Ok(Some(Stored {

@@ -191,7 +191,7 @@ impl EventBroadcaster {
         loop {
             let decision = match held.decision.take() {
                 Some(decision) => Some(decision),
-                None => self.decide(&held.event),
+                None => self.decide(&mut held.event),
             };
             if let Some(decision) = decision {
                 let sink = Arc::clone(&self.sink);
@@ -220,8 +220,9 @@ impl EventBroadcaster {
     }
 
     /// The correlator's decision, or `None` for a spam-filtered event.
-    /// Decided once per event: a retried write must not take a second token.
-    fn decide(&mut self, event: &EventRecord) -> Option<Decision> {
+    /// Decided once per event: a retried write must not take a second token
+    /// (nor be combined twice: the correlator may rewrite its message).
+    fn decide(&mut self, event: &mut EventRecord) -> Option<Decision> {
         let decision = self.correlator.correlate(event, Instant::now());
         if decision == Decision::Drop {
             self.metrics.drop_for("spam_filtered");

@@ -59,6 +59,7 @@
 //! # }
 //! ```
 pub mod leader_election;
+pub mod listen;
 pub mod server;
 
 use std::collections::HashMap;

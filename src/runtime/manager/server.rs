@@ -45,6 +45,8 @@ use crate::observability::metrics_tls::MetricsTls;
 use crate::observability::tls_listener::TlsListener;
 use crate::observability::trace_ui::{self, TraceUi};
 
+use super::listen;
+
 /// Errors starting or running the HTTP server.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -229,9 +231,7 @@ impl HttpServer {
             registry,
         };
         let bind = |addr: SocketAddr| async move {
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServerError::Bind { addr, source })
+            listen::bind(addr).map_err(|source| ServerError::Bind { addr, source })
         };
         let mut listeners = Vec::new();
         let (mut bound_probe, mut bound_metrics) = (None, None);
@@ -275,9 +275,7 @@ impl HttpServer {
     /// the [`TraceUi`]'s shutdown token fires, so [`serve`](Self::serve)
     /// can finish its graceful shutdown.
     pub async fn bind_trace_ui(addr: SocketAddr, ui: TraceUi) -> Result<Self, ServerError> {
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServerError::Bind { addr, source })?;
+        let listener = listen::bind(addr).map_err(|source| ServerError::Bind { addr, source })?;
         Ok(Self {
             trace_ui_addr: listener.local_addr().ok(),
             listeners: vec![(listener, trace_ui_router(ui), None)],

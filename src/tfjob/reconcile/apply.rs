@@ -16,9 +16,12 @@ use crate::runtime::cache::key::ObjectKey;
 use crate::runtime::client::span_status::write_span;
 use crate::runtime::client::unread;
 
+use crate::runtime::events::EventType;
 use crate::tfjob::children::{ChildContext, owner_reference};
 use crate::tfjob::creation_events::creation_event;
 use crate::tfjob::gang::PodInGroup;
+use crate::tfjob::lost_node;
+use crate::tfjob::messages;
 use crate::tfjob::plan::{Action, Plan};
 
 use super::{SyncError, TfJobReconciler, child_name, is_status, write_error};
@@ -130,25 +133,7 @@ impl TfJobReconciler {
                 }
             }
         }
-        // One Event per kind for the whole pass (see `super::creation_events`).
-        for (kind, reason, names) in [
-            ("pod", event::SUCCESSFUL_CREATE_POD, &created_pods),
-            (
-                "service",
-                event::SUCCESSFUL_CREATE_SERVICE,
-                &created_services,
-            ),
-        ] {
-            if let Some((message, count)) = creation_event(kind, names) {
-                self.recorder.publish_counted(
-                    job.as_ref(),
-                    crate::runtime::events::EventType::Normal,
-                    reason,
-                    message,
-                    count,
-                );
-            }
-        }
+        self.record_creates(job, &created_pods, &created_services);
         first_error
     }
 
@@ -160,8 +145,33 @@ impl TfJobReconciler {
         })
     }
 
+    /// Kubeflow's Events for the children this pass created, in the plan's
+    /// order: one `SuccessfulCreatePod` "Created pod: <name>" per Pod, one
+    /// `SuccessfulCreateService` per Service (the recorder combines them as
+    /// client-go would, from the tenth). Under `--fold-create-events`, one
+    /// Event per kind for the whole pass instead
+    /// ([`crate::tfjob::creation_events`]).
+    fn record_creates(&self, job: &TFJob, pods: &[String], services: &[String]) {
+        for (kind, reason, names) in [
+            ("pod", event::SUCCESSFUL_CREATE_POD, pods),
+            ("service", event::SUCCESSFUL_CREATE_SERVICE, services),
+        ] {
+            if self.fold_create_events {
+                if let Some((message, count)) = creation_event(kind, names) {
+                    self.recorder
+                        .publish_counted(job, EventType::Normal, reason, message, count);
+                }
+            } else {
+                for name in names {
+                    self.recorder
+                        .normal(job, reason, messages::created_child(kind, name));
+                }
+            }
+        }
+    }
+
     /// Creates one child and returns its name if it was created (the pass
-    /// records one Event for all its creates, [`super::creation_events`]); a
+    /// records the Events for its creates, [`Self::record_creates`]); a
     /// failure gets its own Warning at once. A child that
     /// already exists (409) was created by an earlier run whose informer had
     /// not caught up: it will be observed (or adopted) like any other, so it
@@ -199,7 +209,7 @@ impl TfJobReconciler {
                 // Event would be one more request to a server that asked for fewer.
                 if !is_status(&source, 429) {
                     self.recorder
-                        .warning(job, failed, format!("Error creating: {source}"));
+                        .warning(job, failed, messages::error_creating(&source));
                 }
                 Err(write_error("create", kind, name, source))
             }
@@ -285,6 +295,18 @@ impl TfJobReconciler {
         uid: Option<&str>,
         force: bool,
     ) -> Result<(), SyncError> {
+        if force && !self.force_delete_on_any_node {
+            let node = lost_node::node_state(&self.client, pods, name).await;
+            if !node.allows_force_delete() {
+                tracing::warn!(job = %key, pod = name, ?node, "stuck Pod not force-deleted: its node may still run it");
+                self.recorder
+                    .warning(job, event::STUCK_POD_KEPT, node.why_kept(name));
+                if let Some(uid) = uid {
+                    self.expectations.deletion_failed(key, uid);
+                }
+                return Ok(());
+            }
+        }
         let params = DeleteParams {
             preconditions: uid.map(|uid| Preconditions {
                 uid: Some(uid.to_owned()),
@@ -303,7 +325,7 @@ impl TfJobReconciler {
                     job,
                     event::FORCE_DELETED_POD,
                     format!(
-                        "Force-deleted pod: {name} (disrupted, and still terminating after its grace period: its node stopped responding)"
+                        "Force-deleted pod: {name} (disrupted, and still terminating after its grace period: its node stopped responding and is gone or out of service)"
                     ),
                 );
                 Ok(())
@@ -312,7 +334,7 @@ impl TfJobReconciler {
                 self.recorder.normal(
                     job,
                     event::SUCCESSFUL_DELETE_POD,
-                    format!("Deleted pod: {name}"),
+                    messages::deleted_child("pod", name),
                 );
                 Ok(())
             }
@@ -331,7 +353,7 @@ impl TfJobReconciler {
                 self.recorder.warning(
                     job,
                     event::FAILED_DELETE_POD,
-                    format!("Error deleting: {source}"),
+                    messages::error_deleting(&source),
                 );
                 Err(write_error("delete", "pod", name.to_owned(), source))
             }
@@ -353,7 +375,7 @@ impl TfJobReconciler {
                 self.recorder.normal(
                     job,
                     event::SUCCESSFUL_DELETE_SERVICE,
-                    format!("Deleted service: {name}"),
+                    messages::deleted_child("service", name),
                 );
                 Ok(())
             }
@@ -362,7 +384,7 @@ impl TfJobReconciler {
                 self.recorder.warning(
                     job,
                     event::FAILED_DELETE_SERVICE,
-                    format!("Error deleting: {source}"),
+                    messages::error_deleting(&source),
                 );
                 Err(write_error("delete", "service", name.to_owned(), source))
             }
@@ -389,7 +411,7 @@ impl TfJobReconciler {
                 self.recorder.normal(
                     job,
                     event::SUCCESSFUL_DELETE_JOB,
-                    format!("Deleted job: {name} (ttlSecondsAfterFinished passed)"),
+                    messages::deleted_job(&name),
                 );
                 Ok(())
             }
@@ -398,7 +420,7 @@ impl TfJobReconciler {
                 self.recorder.warning(
                     job,
                     event::FAILED_DELETE_JOB,
-                    format!("Error deleting: {source}"),
+                    messages::error_deleting(&source),
                 );
                 Err(write_error("delete", "tfjob", name, source))
             }
