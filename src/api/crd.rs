@@ -253,6 +253,25 @@ mod tests {
     }
 
     #[test]
+    fn every_replica_type_has_a_wide_column_of_its_running_replicas() {
+        let crd = crd().unwrap();
+        let columns = crd.spec.versions[0]
+            .additional_printer_columns
+            .clone()
+            .unwrap_or_default();
+        for rtype in crate::api::constants::ReplicaType::ALL {
+            let path = format!(".status.replicaStatuses.{}.active", rtype.as_str());
+            assert!(
+                columns
+                    .iter()
+                    .any(|c| c.json_path == path && c.priority == Some(1)),
+                "a Chief-only, Master, PS/Worker or Evaluator job shows its {} count with -o wide: no column reads {path}",
+                rtype.as_str()
+            );
+        }
+    }
+
+    #[test]
     fn restart_policy_is_an_enum() {
         let s = schema();
         let rp = &s["properties"]["spec"]["properties"]["tfReplicaSpecs"]["additionalProperties"]["properties"]

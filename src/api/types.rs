@@ -27,14 +27,19 @@ use serde::{Deserialize, Serialize};
     namespaced,
     status = "TFJobStatus",
     // The default columns are Kubeflow's (State, Age), so scripts that parse
-    // `kubectl get tfjobs` keep working; `-o wide` adds per-type counts,
-    // each named for the one type it reads (a column can read one map key,
-    // not a sum), so none is wrong for a job shape it does not describe.
+    // `kubectl get tfjobs` keep working; `-o wide` adds the running replicas
+    // of every type a job can have, each column named for the one type it
+    // reads (a column reads one map key, not a sum): a Chief-only, Master,
+    // PS/Worker or Evaluator job shows a count under each of its types and
+    // an empty cell under the others, never a number that is not its own.
     printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.conditions[-1:].type","description":"The latest condition of the job"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Chief-Active","type":"integer","priority":1,"jsonPath":".status.replicaStatuses.Chief.active","description":"Running Chief replicas"}"#,
+    printcolumn = r#"{"name":"Master-Active","type":"integer","priority":1,"jsonPath":".status.replicaStatuses.Master.active","description":"Running Master replicas"}"#,
+    printcolumn = r#"{"name":"PS-Active","type":"integer","priority":1,"jsonPath":".status.replicaStatuses.PS.active","description":"Running PS replicas"}"#,
     printcolumn = r#"{"name":"Worker-Active","type":"integer","priority":1,"jsonPath":".status.replicaStatuses.Worker.active","description":"Running Worker replicas"}"#,
     printcolumn = r#"{"name":"Worker-Succeeded","type":"integer","priority":1,"jsonPath":".status.replicaStatuses.Worker.succeeded","description":"Succeeded Worker replicas"}"#,
-    printcolumn = r#"{"name":"PS-Active","type":"integer","priority":1,"jsonPath":".status.replicaStatuses.PS.active","description":"Running PS replicas"}"#,
+    printcolumn = r#"{"name":"Evaluator-Active","type":"integer","priority":1,"jsonPath":".status.replicaStatuses.Evaluator.active","description":"Running Evaluator replicas"}"#,
     printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[-1:].message","description":"The latest condition's message"}"#
 )]
 #[serde(rename_all = "camelCase")]

@@ -98,7 +98,7 @@ impl From<Service> for CachedService {
 /// container's name, state and restart count (exit codes, in-place restarts,
 /// waiting reasons and messages), and of the conditions the newest one (what
 /// [`super::abnormal`] reports when no container has a status) and any
-/// `DisruptionTarget` ([`super::plan::stuck_on_lost_node`]). The rest (the
+/// `DisruptionTarget` ([`super::lost_node::stuck_on_lost_node`]). The rest (the
 /// other conditions, IPs, images, QoS class) is ~0.8 KB per Pod, 3 KB per
 /// job, for nothing; a new reader of the Pod's status must keep its field
 /// here.
@@ -159,7 +159,7 @@ mod tests {
 
     use super::*;
     use crate::tfjob::abnormal::abnormal;
-    use crate::tfjob::plan::stuck_on_lost_node;
+    use crate::tfjob::lost_node::stuck_on_lost_node;
 
     fn at(second: i64) -> Option<Time> {
         Some(Time(jiff::Timestamp::from_second(second).expect("a time")))

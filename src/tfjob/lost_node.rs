@@ -14,12 +14,59 @@
 //! for clusters where lost nodes are never partitioned (e.g. autoscaled VMs
 //! that are deleted, not cut off). The node is read live, once, when a Pod
 //! is due: the controller does not cache Nodes.
+use std::time::Duration;
+
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
+
+use super::cached::CachedPod;
 
 /// The taint an admin puts on a node known to be shut down
 /// (`node.kubernetes.io/out-of-service`, non-graceful node shutdown, GA in 1.28).
 pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
+
+/// How often a stuck Pod whose force delete waits for its node is looked at
+/// again (a node deleted or tainted wakes no TFJob up).
+pub const STUCK_POD_RECHECK: Duration = Duration::from_secs(30);
+
+/// Evicted or disrupted (preemption, node drain, lost node): the Pod failed
+/// through no fault of its own, so it is replaced without counting a failure.
+pub fn disrupted(pod: &CachedPod) -> bool {
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
+    status.reason.as_deref() == Some("Evicted")
+        || status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+}
+
+/// When a Pod on a lost node may be force-deleted: it was disrupted (the
+/// taint manager evicts Pods from a node that stopped responding, adding
+/// `DisruptionTarget`), and it is still there `wait` after its grace period
+/// ended, because no kubelet is left to confirm it stopped. `None`: not
+/// such a Pod; `Some(0)`: now; `Some(d)`: in `d`.
+///
+/// Without this a job hangs in Restarting forever (Kubeflow #2072): the
+/// terminating Pod holds its slot. Kubernetes' Pod GC force-deletes such Pods
+/// only once an admin taints the node out-of-service; we wait a bounded time
+/// instead, and only for Pods already evicted for being unreachable.
+pub fn stuck_on_lost_node(pod: &CachedPod, now: Timestamp, wait: Duration) -> Option<Duration> {
+    let deleted_at = pod.metadata.deletion_timestamp.as_ref()?.0;
+    if !disrupted(pod) {
+        return None;
+    }
+    let wait = jiff::SignedDuration::try_from(wait).unwrap_or(jiff::SignedDuration::MAX);
+    let due = deleted_at.saturating_add(wait).unwrap_or(deleted_at);
+    let left = due
+        .as_millisecond()
+        .saturating_sub(now.as_millisecond())
+        .max(0);
+    Some(Duration::from_millis(left.unsigned_abs()))
+}
 
 /// What is known of a stuck Pod's node.
 #[derive(Clone, Debug, PartialEq, Eq)]

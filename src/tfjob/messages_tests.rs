@@ -1,46 +1,7 @@
 //! [`KUBEFLOW`] against training-operator's own source, read from the Go
-//! module cache (`go mod download` fetches it if the cache lacks it, as
-//! `e2e/run-suite.sh` does for Kubeflow's CRD).
-use std::path::PathBuf;
-use std::process::Command;
-
+//! module cache ([`super::kubeflow_module`]).
+use super::kubeflow_module::{MODULE, module_or_skip};
 use super::messages::KUBEFLOW;
-
-const MODULE: &str = "github.com/kubeflow/training-operator";
-
-/// The version `e2e/versions.env` pins.
-fn pinned_version() -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/versions.env");
-    let text = std::fs::read_to_string(path).expect("e2e/versions.env");
-    text.lines()
-        .find_map(|l| l.strip_prefix("KUBEFLOW_TRAINING_OPERATOR_VERSION="))
-        .map(|v| v.trim().trim_matches('"').to_owned())
-        .expect("KUBEFLOW_TRAINING_OPERATOR_VERSION in e2e/versions.env")
-}
-
-/// The module's directory in the Go module cache, downloaded if missing;
-/// `None` without Go or a way to fetch it.
-fn module_dir(version: &str) -> Option<PathBuf> {
-    let go = |args: &[&str]| {
-        Command::new("go")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-    };
-    let cache = std::env::var("GOMODCACHE")
-        .ok()
-        .filter(|c| !c.is_empty())
-        .or_else(|| go(&["env", "GOMODCACHE"]))?;
-    let dir = PathBuf::from(cache).join(format!("{MODULE}@{version}"));
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    let json = go(&["mod", "download", "-json", &format!("{MODULE}@{version}")])?;
-    let value: serde_json::Value = serde_json::from_str(&json).ok()?;
-    value["Dir"].as_str().map(PathBuf::from)
-}
 
 /// The first Go string literal (interpreted, with `\"` and `\\` escapes)
 /// on `line`.
@@ -101,12 +62,7 @@ fn the_sprintf_stand_in_renders_like_go() {
 
 #[test]
 fn every_text_is_kubeflows_word_for_word_or_a_listed_difference() {
-    let version = pinned_version();
-    let Some(dir) = module_dir(&version) else {
-        eprintln!(
-            "SKIPPED: {MODULE}@{version} is not in the Go module cache and could not be \
-             downloaded (no `go`, or offline); run `go mod download {MODULE}@{version}`"
-        );
+    let Some((version, dir)) = module_or_skip() else {
         return;
     };
     let mut wrong = Vec::new();

@@ -13,6 +13,8 @@ pub mod controller;
 pub mod creation_events;
 pub mod gang;
 pub mod index_set;
+#[cfg(test)]
+mod kubeflow_module;
 pub mod lost_node;
 pub mod messages;
 #[cfg(test)]

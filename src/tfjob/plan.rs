@@ -50,12 +50,13 @@ use super::children::{ChildContext, owner_reference, replica_of};
 use super::conditions::{self, is_finished, is_true};
 use super::gang::{self, GangScheduling, Step, Unplaced};
 use super::index_set;
+use super::lost_node::{STUCK_POD_RECHECK, stuck_on_lost_node};
 use super::messages;
 use super::schema::StatusSchema;
 use super::tf_config::replica_name;
 
 mod tally;
-use tally::{Tally, disrupted, phase, terminating};
+use tally::{Tally, phase, terminating};
 
 /// Exit codes at or above this mean the process was killed by a signal
 /// (137 = SIGKILL, 143 = SIGTERM): retryable under `ExitCode`.
@@ -526,29 +527,6 @@ impl<'a> Children<'a> {
     }
 }
 
-/// When a Pod on a lost node may be force-deleted: it was disrupted (the
-/// taint manager evicts Pods from a node that stopped responding, adding
-/// `DisruptionTarget`), and it is still there `wait` after its grace period
-/// ended, because no kubelet is left to confirm it stopped. `None`: not
-/// such a Pod; `Some(0)`: now; `Some(d)`: in `d`.
-///
-/// Without this a job hangs in Restarting forever (Kubeflow #2072): the
-/// terminating Pod holds its slot. Kubernetes' Pod GC force-deletes such Pods
-/// only once an admin taints the node out-of-service; we wait a bounded time
-/// instead, and only for Pods already evicted for being unreachable.
-pub fn stuck_on_lost_node(pod: &CachedPod, now: Timestamp, wait: Duration) -> Option<Duration> {
-    let deleted_at = pod.metadata.deletion_timestamp.as_ref()?.0;
-    if !disrupted(pod) {
-        return None;
-    }
-    let wait = jiff::SignedDuration::try_from(wait).unwrap_or(jiff::SignedDuration::MAX);
-    let due = deleted_at.saturating_add(wait).unwrap_or(deleted_at);
-    Some(duration_between(now, due))
-}
-
-/// How often a stuck Pod whose force delete waits for its node is looked at
-/// again (a node deleted or tainted wakes no TFJob up).
-pub const STUCK_POD_RECHECK: Duration = Duration::from_secs(30);
 
 fn force_delete_stuck(p: &mut Plan, children: &Children<'_>, now: Timestamp, wait: Duration) {
     for pod in children.pods.values().flatten() {

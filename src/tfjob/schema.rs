@@ -124,6 +124,20 @@ mod tests {
     }
 
     #[test]
+    fn kubeflows_own_crd_from_its_release_is_recognised_as_kubeflows() {
+        let Some((version, dir)) = crate::tfjob::kubeflow_module::module_or_skip() else {
+            return;
+        };
+        let path = dir.join("manifests/base/crds/kubeflow.org_tfjobs.yaml");
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let crd: CustomResourceDefinition = serde_yaml::from_str(&text)
+            .unwrap_or_else(|e| panic!("training-operator {version}'s TFJob CRD: {e}"));
+        assert_eq!(crd.metadata.name.as_deref(), Some(CRD_NAME));
+        assert_eq!(StatusSchema::of_crd(&crd), StatusSchema::Kubeflow);
+    }
+
+    #[test]
     fn a_crd_without_our_status_fields_is_kubeflows() {
         let mut crd = crate::api::crd::crd().unwrap();
         let status = crd.spec.versions[0]

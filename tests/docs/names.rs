@@ -200,11 +200,13 @@ const FOREIGN_FLAGS: &[&str] = &[
     "strict",
     // docker
     "rm",
-    // kube-apiserver and the scheduler (the local cluster, the benchmarks' peers)
+    // kube-apiserver, kube-controller-manager and the scheduler (the local
+    // cluster, the benchmarks' peers, the lost-node safety argument)
     "authorization-mode",
     "feature-gates",
     "max-mutating-requests-inflight",
     "max-requests-inflight",
+    "node-monitor-grace-period",
     "runtime-config",
     // Kubeflow's training-operator and client-go's generators
     "controller-threads",

@@ -395,3 +395,38 @@ async fn kubeflow_crd_exit_code_restarts_count_against_the_backoff_limit() {
         .unwrap_or_default();
     assert!(message.contains("backoff limit"), "{message}");
 }
+
+/// The startup detection, as an operator reads it: the log line naming the
+/// CRD and its schema, and the same fact on `/readyz`, for whichever CRD is
+/// installed (under Kubeflow's, the one training-operator's release ships,
+/// from the module cache).
+#[tokio::test]
+#[ignore = "needs the local control plane: make e2e"]
+async fn the_detected_crd_is_named_in_the_log_and_on_readyz() {
+    let _cluster = shared_cluster().await;
+    let client = client().await;
+    ensure_crd(&client).await;
+    let ns = test_namespace(&client, "crd-detect").await;
+    let mut operator = Operator::start(&ns);
+    operator.wait_ready().await;
+    let schema = match crd_flavor() {
+        CrdFlavor::Kubeflow => tfjob_operator::tfjob::schema::StatusSchema::Kubeflow,
+        CrdFlavor::Ours => tfjob_operator::tfjob::schema::StatusSchema::Ours,
+    };
+    let log = operator.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("detected the TFJob CRD's status schema"))
+        .unwrap_or_else(|| panic!("no detection line in the operator's log:\n{log}"));
+    assert!(
+        line.contains("tfjobs.kubeflow.org") && line.contains(&schema.to_string()),
+        "the detection line must name the CRD and {schema}: {line}"
+    );
+    let (code, body) =
+        crate::operator::http_get(operator.probe_port, "/readyz").expect("an answer on /readyz");
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains(&format!("crd tfjobs.kubeflow.org: {schema}")),
+        "/readyz must say which CRD was found: {body}"
+    );
+}

@@ -13,6 +13,7 @@ use super::{Children, FIRST_RETRYABLE_EXIT_CODE};
 use crate::tfjob::abnormal::{Abnormal, abnormal};
 use crate::tfjob::bookkeeping::Bookkeeping;
 use crate::tfjob::cached::CachedPod;
+use crate::tfjob::lost_node::disrupted;
 
 pub(super) fn terminating(pod: &CachedPod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
@@ -47,20 +48,6 @@ pub(super) fn in_place_restarts(pod: &CachedPod) -> i32 {
     };
     count(status.and_then(|s| s.container_statuses.as_ref()))
         + count(status.and_then(|s| s.init_container_statuses.as_ref()))
-}
-
-/// Evicted or disrupted (preemption, node drain, lost node): the Pod failed
-/// through no fault of its own, so it is replaced without counting a failure.
-pub(super) fn disrupted(pod: &CachedPod) -> bool {
-    let Some(status) = pod.status.as_ref() else {
-        return false;
-    };
-    status.reason.as_deref() == Some("Evicted")
-        || status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "DisruptionTarget" && c.status == "True")
 }
 
 /// A failed Pod that will be deleted and re-created.
