@@ -115,3 +115,22 @@ fn results_without_runs_fail() {
     assert_eq!(verdict::check_document(&json!({"runs": []})).len(), 1);
     assert_eq!(verdict::check_document(&json!({})).len(), 1);
 }
+
+#[path = "../benches/e2e/same_run.rs"]
+mod same_run;
+
+#[test]
+fn same_run_medians_pair_the_ith_runs_and_take_the_middle() {
+    // ours, raw, ours, raw, ours, raw: the machine slowed down in the middle.
+    let ours = [10.0, 30.0, 12.0];
+    let raw = [8.0, 20.0, 10.0];
+    let ratios = same_run::paired_ratios(&ours, &raw);
+    assert_eq!(ratios, [1.25, 1.5, 1.2]);
+    assert_eq!(same_run::median(&ratios), Some(1.25));
+    assert_eq!(same_run::median(&[1.0, 3.0]), Some(2.0));
+    assert_eq!(same_run::median(&[]), None);
+    assert_eq!(
+        same_run::paired_ratios(&[1.0, 2.0], &[0.0]),
+        Vec::<f64>::new()
+    );
+}

@@ -51,6 +51,7 @@ mod peers;
 mod raw_peer;
 mod report;
 mod run;
+mod same_run;
 mod settings;
 mod verdict;
 

@@ -155,8 +155,11 @@ pub(crate) fn peers(s: &Settings) -> Vec<Peer> {
             apf: false,
         },
     ];
-    all.into_iter()
-        .filter(|p| s.peers.iter().any(|id| id == p.id))
+    // In the order listed, a peer listed twice running twice
+    // (`same_run`: alternating runs for same-run medians).
+    s.peers
+        .iter()
+        .filter_map(|id| all.iter().find(|p| p.id == id).cloned())
         .collect()
 }
 

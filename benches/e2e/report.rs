@@ -4,6 +4,7 @@ use serde_json::json;
 
 use crate::peers::Peer;
 use crate::run::RunResult;
+use crate::same_run::{median, paired_ratios};
 use crate::settings::{Settings, Workload};
 use crate::{MATCHED_BURST, MATCHED_QPS, MATCHED_WORKERS, RAW_CONCURRENCY};
 
@@ -85,6 +86,7 @@ pub(crate) fn report(results: &[RunResult], workloads: &[Workload], peers: &[Pee
             ("ours-default", "raw", "ours (defaults) / raw limit"),
             ("ours-matched", "raw", "ours (matched) / raw limit"),
         ];
+        out += &same_run_medians(&rows, &pairs);
         let mut header = false;
         for (a, b, label) in pairs {
             let (Some(a), Some(b)) = (get(a), get(b)) else {
@@ -103,6 +105,34 @@ pub(crate) fn report(results: &[RunResult], workloads: &[Workload], peers: &[Pee
                 ratio(Some(a.api_requests as f64), Some(b.api_requests as f64)),
             );
         }
+    }
+    out
+}
+
+/// For each pair of peers that both ran at least twice (repeated in
+/// `BENCH_PEERS`): the median of the pairwise running-time ratios.
+fn same_run_medians(rows: &[&RunResult], pairs: &[(&str, &str, &str)]) -> String {
+    let times = |id: &str| -> Vec<f64> {
+        rows.iter()
+            .filter(|r| r.peer == id && r.outcome == "ok")
+            .filter_map(|r| r.running_s)
+            .collect()
+    };
+    let mut out = String::new();
+    for (a, b, label) in pairs {
+        let ratios = paired_ratios(&times(a), &times(b));
+        let Some(mid) = median(&ratios).filter(|_| ratios.len() >= 2) else {
+            continue;
+        };
+        if out.is_empty() {
+            out += "\nSame-run medians (peers repeated in BENCH_PEERS, run in the order listed; the i-th run of each):\n\n| ratio | pairs | median running-time ratio | each pair |\n|---|---:|---:|---|\n";
+        }
+        let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}×")).collect();
+        out += &format!(
+            "| {label} | {} | **{mid:.2}×** | {} |\n",
+            ratios.len(),
+            each.join(", ")
+        );
     }
     out
 }

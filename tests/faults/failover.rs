@@ -1,7 +1,8 @@
 //! Two operator processes with leader election in one namespace, each with
 //! its own client identity (so the audit log tells their writes apart).
 //!
-//! - SIGSTOP the leader (a hung process: it neither renews nor releases), and
+//! - SIGSTOP the leader (a hung process: it neither renews nor releases;
+//!   namespaced, and in all-namespaces mode as the chart runs it), and
 //!   measure how long until the standby holds the Lease and until it writes;
 //!   later SIGCONT the old leader: the audit log must show no write of the
 //!   old leader after the new one's first write. p50/p95 over the rounds.
@@ -56,8 +57,18 @@ struct Candidate {
 
 impl Candidate {
     async fn start(ns: &str, user: &str) -> Self {
+        Self::start_in(ns, user, false).await
+    }
+
+    /// In `all_namespaces` mode the operator watches every namespace, as
+    /// the chart runs it, with its Lease in `ns` (issue #29, point 8).
+    async fn start_in(ns: &str, user: &str, all_namespaces: bool) -> Self {
         let kubeconfig = identity(user, apiserver_addr()).await;
-        let mut operator = Operator::start_with(ns, &[], Some(kubeconfig));
+        let mut operator = if all_namespaces {
+            Operator::start_all_namespaces(ns, &[], Some(kubeconfig))
+        } else {
+            Operator::start_with(ns, &[], Some(kubeconfig))
+        };
         operator.wait_ready().await;
         Self {
             user: user.to_owned(),
@@ -123,17 +134,36 @@ fn late_writes(
 #[tokio::test]
 #[ignore = "needs the local control plane: make test-faults"]
 async fn a_sigstopped_leader_is_replaced_in_time_and_never_writes_after_its_successor() {
+    sigstop_failover(false).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make test-faults"]
+async fn in_all_namespaces_mode_a_sigstopped_leader_is_replaced_in_time_too() {
+    sigstop_failover(true).await;
+}
+
+async fn sigstop_failover(all_namespaces: bool) {
     let client = client().await;
     ensure_crd(&client).await;
     let rounds = rounds(3);
     let ns = test_namespace(&client, "fault-failover").await;
     let _cleanup_ns = Cleanup(vec![ns.clone()]);
-    let first = Candidate::start(&ns, "fault-op-a").await;
+    let (user_a, user_b, scenario) = if all_namespaces {
+        (
+            "fault-op-a-all",
+            "fault-op-b-all",
+            "failover-sigstop-all-namespaces",
+        )
+    } else {
+        ("fault-op-a", "fault-op-b", "failover-sigstop")
+    };
+    let first = Candidate::start_in(&ns, user_a, all_namespaces).await;
     wait_until("a Lease holder", Duration::from_secs(30), || {
         holder(&client, &ns)
     })
     .await;
-    let second = Candidate::start(&ns, "fault-op-b").await;
+    let second = Candidate::start_in(&ns, user_b, all_namespaces).await;
     let mut pair = [first, second];
     let mut takeovers = Vec::new();
     let mut first_writes = Vec::new();
@@ -207,14 +237,14 @@ async fn a_sigstopped_leader_is_replaced_in_time_and_never_writes_after_its_succ
         split_brain.extend(late);
         if pair[old].operator.exited() {
             let user = pair[old].user.clone();
-            pair[old] = Candidate::start(&ns, &user).await;
+            pair[old] = Candidate::start_in(&ns, &user, all_namespaces).await;
         }
     }
 
     let p50 = percentile(&takeovers, 50.0);
     let p95 = percentile(&takeovers, 95.0);
     report(
-        "failover-sigstop",
+        scenario,
         &[
             ("rounds", rounds.to_string()),
             ("lease_p50_s", format!("{p50:.1}")),

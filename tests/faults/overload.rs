@@ -31,6 +31,16 @@ use crate::support::{client, cluster_dir, test_namespace, wait_until};
 /// going at its first-retry pace (hundreds a second).
 const MAX_LATE_REQUESTS_PER_SECOND: f64 = 20.0;
 
+/// Jobs in the 429 scenario, created back to back: the operator's 4 workers
+/// × 6 writes each put up to 24 requests in flight, several times the
+/// seats of the one-share priority level, so APF refuses some even where
+/// requests are quick (issue #29: 5 jobs sometimes met no 429 at all).
+const JOBS_UNDER_429: usize = 20;
+
+/// The late request rate a backing-off operator stays under, per job
+/// (the 5-job scenarios' 20/s).
+const MAX_LATE_REQUESTS_PER_SECOND_PER_JOB: f64 = 4.0;
+
 fn fault_duration() -> Duration {
     if full() {
         Duration::from_secs(30)
@@ -158,7 +168,7 @@ async fn under_apf_429s_the_operator_backs_off_and_converges_after() {
     let kubeconfig = identity(user, apiserver_addr()).await;
     let mark = audit::mark();
     let mut op = Supervised::start(&ns, kubeconfig);
-    let n = 5;
+    let n = JOBS_UNDER_429;
     create_jobs(&client, &ns, n).await;
     let fault = Instant::now();
     let fault_from = jiff::Timestamp::now();
@@ -189,20 +199,15 @@ async fn under_apf_429s_the_operator_backs_off_and_converges_after() {
             ("duplicate_pods", duplicates.to_string()),
         ],
     );
-    // The bounded `make test` run may not saturate the one-seat priority
-    // level on a slow machine; then the scenario proved nothing and says so.
-    // `make test-faults` insists on the fault.
-    if r.answered == 0 && !crate::harness::full() {
-        eprintln!("APF never answered 429 in this short run: inconclusive for the fault itself");
-    } else {
-        assert!(
-            r.answered > 0,
-            "APF never answered 429: the fault did not happen"
-        );
-    }
+    // The fault must have happened, in every run (never "inconclusive").
     assert!(
-        r.late_per_second <= MAX_LATE_REQUESTS_PER_SECOND,
-        "{:.1} requests a second late in the 429 fault: a hot loop (logs: {:?})",
+        r.answered > 0,
+        "APF never answered 429 to {n} jobs' writes: the fault did not happen"
+    );
+    let max_late = MAX_LATE_REQUESTS_PER_SECOND_PER_JOB * n as f64;
+    assert!(
+        r.late_per_second <= max_late,
+        "{:.1} requests a second late in the 429 fault (bound {max_late:.0} for {n} jobs): a hot loop (logs: {:?})",
         r.late_per_second,
         op.logs
     );
