@@ -13,6 +13,7 @@ pub mod controller;
 pub mod creation_events;
 pub mod gang;
 pub mod index_set;
+pub mod kueue;
 pub mod metrics;
 pub mod observer;
 pub mod plan;

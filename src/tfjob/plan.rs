@@ -53,6 +53,7 @@ use super::children::{ChildContext, owner_reference, replica_of};
 use super::conditions::{self, is_finished, is_true};
 use super::gang::{self, GangScheduling, Step, Unplaced};
 use super::index_set;
+use super::kueue::gate::{self as kueue_gate, Gate, PodPlacement, Seen, WorkloadWrite};
 use super::schema::StatusSchema;
 use super::tf_config::replica_name;
 
@@ -73,6 +74,9 @@ pub struct Observed<'a> {
     /// The PodGroup named like the job ([`gang::group_name`]), whoever owns
     /// it; `None` when there is none or gangs are not in use.
     pub pod_group: Option<&'a PodGroup>,
+    /// The job's Kueue Workloads and the ResourceFlavors, when the operator
+    /// owns Workloads (`--kueue=workload`, [`super::kueue`]); `None` otherwise.
+    pub kueue: Option<Seen<'a>>,
     pub now: Timestamp,
 }
 
@@ -132,6 +136,9 @@ pub enum Action {
     },
     /// TTL after finishing has passed.
     DeleteJob,
+    /// A write to the job's Kueue Workload ([`super::kueue::gate`]); sent
+    /// before the Pods.
+    Workload(WorkloadWrite),
 }
 
 /// An Event to record on the job.
@@ -159,6 +166,9 @@ pub struct Plan {
     /// The PodGroup the Pods this pass creates join
     /// (`spec.schedulingGroup.podGroupName`); `None`: no group.
     pub pod_group: Option<String>,
+    /// What the Pods this pass creates get from the job's Kueue admission,
+    /// per replica type (node labels, tolerations).
+    pub placements: BTreeMap<ReplicaType, PodPlacement>,
 }
 
 /// How long to wait for an old PodGroup of the job's name to be deleted
@@ -200,6 +210,11 @@ pub fn plan(obs: &Observed<'_>, cfg: &PlanConfig) -> Plan {
     let stored = Bookkeeping::of(job);
     let mut books = stored.clone();
     plan_into(&mut p, &mut books, obs, cfg, name, namespace);
+    if let Some(seen) = &obs.kueue {
+        let pods_left = !obs.pods.is_empty();
+        let writes = kueue_gate::after(job, &p.status, pods_left, seen, obs.now);
+        p.actions.extend(writes.into_iter().map(Action::Workload));
+    }
     // What every pass remembers, whatever path it took: counted Pods that
     // are gone are forgotten, and our display copies of the bookkeeping.
     books.forget_gone_pods(obs.pods.iter().filter_map(|p| p.metadata.uid.as_deref()));
@@ -306,6 +321,11 @@ fn plan_into(
                 uid: group.metadata.uid.clone(),
             });
         }
+        return;
+    }
+    if let Some(seen) = &obs.kueue
+        && !kueue_gates(p, job, &spec, &owner, seen, &children, &now)
+    {
         return;
     }
     if is_true(&p.status, condition::SUSPENDED) {
@@ -959,8 +979,74 @@ fn finish(
     }
 }
 
+/// Kueue's word on a queued job ([`super::kueue::gate`]): its Workload
+/// writes, and whether the job may run. Held or evicted, it is stopped like
+/// a suspended one (condition `Suspended`, reason `TFJobQueued` or
+/// `TFJobEvicted`), without touching `spec.runPolicy.suspend`: the user's
+/// own suspend keeps its meaning.
+fn kueue_gates(
+    p: &mut Plan,
+    job: &TFJob,
+    spec: &JobSpec<'_>,
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    seen: &Seen<'_>,
+    children: &Children<'_>,
+    now: &Time,
+) -> bool {
+    let decision = kueue_gate::gate(job, spec, owner, seen);
+    p.actions
+        .extend(decision.writes.into_iter().map(Action::Workload));
+    if let Some(d) = decision.recheck {
+        p.requeue_in(d);
+    }
+    match decision.gate {
+        Gate::Free => true,
+        Gate::Hold(msg) => {
+            suspend_with(p, children, now, reason::QUEUED, msg, None);
+            false
+        }
+        Gate::Stop(msg) => {
+            let event = Some(event::KUEUE_STOPPED);
+            suspend_with(p, children, now, reason::EVICTED, msg, event);
+            false
+        }
+        Gate::Run {
+            placements,
+            admitted_by,
+        } => {
+            if is_true(&p.status, condition::SUSPENDED) {
+                let msg = format!("Admitted by clusterQueue {admitted_by}");
+                p.event(false, event::KUEUE_STARTED, msg);
+            }
+            p.placements = placements;
+            true
+        }
+    }
+}
+
 /// A suspended job: no Pods or Services, Running false, Suspended true.
 fn suspend(p: &mut Plan, name: &str, children: &Children<'_>, now: &Time) {
+    let msg = format!("TFJob {name} is suspended.");
+    suspend_with(
+        p,
+        children,
+        now,
+        reason::SUSPENDED,
+        msg,
+        Some(reason::SUSPENDED),
+    );
+}
+
+/// [`suspend`] with its reason and message, and the event (if any) sent
+/// when the job becomes suspended or its reason changes.
+fn suspend_with(
+    p: &mut Plan,
+    children: &Children<'_>,
+    now: &Time,
+    why: &'static str,
+    msg: String,
+    event: Option<&'static str>,
+) {
     for pods in children.pods.values() {
         for pod in pods.iter().filter(|p| !terminating(p)) {
             p.actions.push(delete_pod(pod));
@@ -972,27 +1058,24 @@ fn suspend(p: &mut Plan, name: &str, children: &Children<'_>, now: &Time) {
     for rs in p.status.replica_statuses.values_mut() {
         rs.active = 0;
     }
-    let msg = format!("TFJob {name} is suspended.");
     if is_true(&p.status, condition::RUNNING) {
         conditions::set(
             &mut p.status,
             condition::RUNNING,
             false,
-            reason::SUSPENDED,
+            why,
             msg.clone(),
             now,
         );
     }
-    if !is_true(&p.status, condition::SUSPENDED) {
-        p.event(false, reason::SUSPENDED, msg.clone());
-        conditions::set(
-            &mut p.status,
-            condition::SUSPENDED,
-            true,
-            reason::SUSPENDED,
-            msg,
-            now,
-        );
+    let already = p.status.conditions.iter().any(|c| {
+        c.type_ == condition::SUSPENDED && c.status == "True" && c.reason.as_deref() == Some(why)
+    });
+    if !already {
+        if let Some(event) = event {
+            p.event(false, event, msg.clone());
+        }
+        conditions::set(&mut p.status, condition::SUSPENDED, true, why, msg, now);
     }
 }
 
