@@ -53,9 +53,12 @@ use super::children::{ChildContext, owner_reference, replica_of};
 use super::conditions::{self, is_finished, is_true};
 use super::gang::{self, GangScheduling, Step, Unplaced};
 use super::index_set;
-use super::kueue::gate::{self as kueue_gate, Gate, PodPlacement, Seen, WorkloadWrite};
+use super::kueue::gate::{self as kueue_gate, PodPlacement, Seen, WorkloadWrite};
 use super::schema::StatusSchema;
 use super::tf_config::replica_name;
+
+mod stop;
+use stop::{kueue_gates, suspend};
 
 /// Exit codes at or above this mean the process was killed by a signal
 /// (137 = SIGKILL, 143 = SIGTERM): retryable under `ExitCode`.
@@ -976,106 +979,6 @@ fn finish(
         } else {
             p.requeue_in(duration_between(now, expires));
         }
-    }
-}
-
-/// Kueue's word on a queued job ([`super::kueue::gate`]): its Workload
-/// writes, and whether the job may run. Held or evicted, it is stopped like
-/// a suspended one (condition `Suspended`, reason `TFJobQueued` or
-/// `TFJobEvicted`), without touching `spec.runPolicy.suspend`: the user's
-/// own suspend keeps its meaning.
-fn kueue_gates(
-    p: &mut Plan,
-    job: &TFJob,
-    spec: &JobSpec<'_>,
-    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
-    seen: &Seen<'_>,
-    children: &Children<'_>,
-    now: &Time,
-) -> bool {
-    let decision = kueue_gate::gate(job, spec, owner, seen);
-    p.actions
-        .extend(decision.writes.into_iter().map(Action::Workload));
-    if let Some(d) = decision.recheck {
-        p.requeue_in(d);
-    }
-    match decision.gate {
-        Gate::Free => true,
-        Gate::Hold(msg) => {
-            suspend_with(p, children, now, reason::QUEUED, msg, None);
-            false
-        }
-        Gate::Stop(msg) => {
-            let event = Some(event::KUEUE_STOPPED);
-            suspend_with(p, children, now, reason::EVICTED, msg, event);
-            false
-        }
-        Gate::Run {
-            placements,
-            admitted_by,
-        } => {
-            if is_true(&p.status, condition::SUSPENDED) {
-                let msg = format!("Admitted by clusterQueue {admitted_by}");
-                p.event(false, event::KUEUE_STARTED, msg);
-            }
-            p.placements = placements;
-            true
-        }
-    }
-}
-
-/// A suspended job: no Pods or Services, Running false, Suspended true.
-fn suspend(p: &mut Plan, name: &str, children: &Children<'_>, now: &Time) {
-    let msg = format!("TFJob {name} is suspended.");
-    suspend_with(
-        p,
-        children,
-        now,
-        reason::SUSPENDED,
-        msg,
-        Some(reason::SUSPENDED),
-    );
-}
-
-/// [`suspend`] with its reason and message, and the event (if any) sent
-/// when the job becomes suspended or its reason changes.
-fn suspend_with(
-    p: &mut Plan,
-    children: &Children<'_>,
-    now: &Time,
-    why: &'static str,
-    msg: String,
-    event: Option<&'static str>,
-) {
-    for pods in children.pods.values() {
-        for pod in pods.iter().filter(|p| !terminating(p)) {
-            p.actions.push(delete_pod(pod));
-        }
-    }
-    for svc in children.services.values() {
-        p.actions.push(Action::DeleteService { name: svc.clone() });
-    }
-    for rs in p.status.replica_statuses.values_mut() {
-        rs.active = 0;
-    }
-    if is_true(&p.status, condition::RUNNING) {
-        conditions::set(
-            &mut p.status,
-            condition::RUNNING,
-            false,
-            why,
-            msg.clone(),
-            now,
-        );
-    }
-    let already = p.status.conditions.iter().any(|c| {
-        c.type_ == condition::SUSPENDED && c.status == "True" && c.reason.as_deref() == Some(why)
-    });
-    if !already {
-        if let Some(event) = event {
-            p.event(false, event, msg.clone());
-        }
-        conditions::set(&mut p.status, condition::SUSPENDED, true, why, msg, now);
     }
 }
 

@@ -161,11 +161,7 @@ impl TfJobReconciler {
         );
         let (stored, job, pods, services) =
             match self.observe(key).instrument(observe.clone()).await? {
-                Observation::Gone => {
-                    // Kueue's finalizer on its Workloads goes with the job.
-                    self.release_workloads(key).await?;
-                    return Ok(None);
-                }
+                Observation::Gone => return Ok(None),
                 Observation::Waiting => return Ok(Some(EXPECTATIONS_TTL)),
                 Observation::Ready {
                     stored,

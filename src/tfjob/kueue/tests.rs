@@ -1,5 +1,10 @@
 //! The Workload a job gets, the gate, the Workload writes that follow, and
 //! the plan with them: plain data, no cluster.
+//!
+//! **Length:** about 740 lines of code, in one file on purpose: the fixtures
+//! (a queued job, its Workload pending, admitted or evicted, the flavor)
+//! serve every test, and the tests follow the gate's table in
+//! `gate.rs` from top to bottom.
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
