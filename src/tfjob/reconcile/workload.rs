@@ -275,7 +275,9 @@ async fn release(
         .await
     {
         Ok(_) => Ok(()),
-        Err(e) if is_status(&e, 404) => Ok(()),
+        // Gone, or changed since the cache had it (Kueue writes its status
+        // too): the watch event for the newer one plans again.
+        Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()),
         Err(e) => Err(write_error("patch", "workload", name.to_owned(), e)),
     }
 }
