@@ -110,8 +110,10 @@ async fn wait_for_pods_ready_requeues_a_job_whose_pods_cannot_all_start() {
     })
     .await;
     let job = env.job("stuck").await.expect("stuck");
-    assert_eq!(
-        job.spec.run_policy.suspend, None,
+    // Unset, or false where Kubeflow's CRD defaults it: never true.
+    assert_ne!(
+        job.spec.run_policy.suspend,
+        Some(true),
         "the operator stops a job without writing its spec"
     );
     assert_eq!(job_condition(&job, "Failed"), None, "{:?}", job.status);
