@@ -29,6 +29,9 @@ pub const LABEL_PRIORITY_CLASS: &str = "kueue.x-k8s.io/priority-class";
 pub const LABEL_MAX_EXEC_TIME: &str = "kueue.x-k8s.io/max-exec-time-seconds";
 /// The label Kueue puts on a Workload: the job's UID.
 pub const LABEL_JOB_UID: &str = "kueue.x-k8s.io/job-uid";
+/// The label MultiKueue puts on a job it created on a worker: the name of
+/// the Workload it made for it there, which the job's controller adopts.
+pub const LABEL_PREBUILT_WORKLOAD: &str = "kueue.x-k8s.io/prebuilt-workload-name";
 /// Kueue's finalizer: the Workload's quota is in use until it is removed.
 pub const FINALIZER_RESOURCE_IN_USE: &str = "kueue.x-k8s.io/resource-in-use";
 

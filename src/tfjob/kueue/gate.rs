@@ -129,6 +129,13 @@ pub enum WorkloadWrite {
         resource_version: Option<String>,
         finalizers: Vec<String>,
     },
+    /// Take a prebuilt Workload as the job's own: controller reference and
+    /// `kueue.x-k8s.io/job-uid`, guarded by its resourceVersion.
+    Adopt {
+        name: String,
+        resource_version: Option<String>,
+        owner: OwnerReference,
+    },
     /// The job moved to another LocalQueue before admission.
     SetQueueName { name: String, queue: String },
     /// A server-side apply of its status ([`super::status`]) as
@@ -170,28 +177,77 @@ pub struct Seen<'a> {
 }
 
 /// The job's own Workload among `seen`, and whether the built-in has one.
-fn find<'a>(seen: &Seen<'a>, uid: &str) -> (Option<&'a Workload>, bool) {
+/// A prebuilt Workload (MultiKueue's, named by the job's label) is the
+/// job's own once the job controls it.
+fn find<'a>(seen: &Seen<'a>, job: &TFJob, uid: &str) -> (Option<&'a Workload>, bool) {
+    let prebuilt = workload::prebuilt_name(job);
+    let own = |w: &Workload| {
+        workload::is_ours(w) || (prebuilt.is_some() && w.metadata.name.as_deref() == prebuilt)
+    };
     let mine: Vec<&Workload> = seen
         .workloads
         .iter()
         .map(Arc::as_ref)
         .filter(|w| workload::controlled_by(w, uid))
         .collect();
-    let builtin = mine.iter().any(|w| !workload::is_ours(w));
-    (mine.into_iter().find(|w| workload::is_ours(w)), builtin)
+    let builtin = mine.iter().any(|w| !own(w));
+    (mine.into_iter().find(|w| own(w)), builtin)
+}
+
+/// A job on a MultiKueue worker uses the Workload MultiKueue made for it
+/// (Kueue's `EnsurePrebuiltWorkloadOwnership`): wait for it, then adopt it
+/// (controller reference, `kueue.x-k8s.io/job-uid`). `None` once adopted:
+/// the usual steps follow.
+fn prebuilt(job: &TFJob, owner: &OwnerReference, seen: &Seen<'_>, name: &str) -> Option<Decision> {
+    let prebuilt = workload::prebuilt_name(job)?;
+    let hold = |message: String, writes: Vec<WorkloadWrite>| Decision {
+        gate: Gate::Hold(message),
+        writes,
+        recheck: None,
+    };
+    let found = seen
+        .workloads
+        .iter()
+        .find(|w| w.metadata.name.as_deref() == Some(prebuilt));
+    let Some(w) = found else {
+        return Some(hold(
+            format!(
+                "TFJob {name} waits for its prebuilt Workload {prebuilt} (MultiKueue creates it)."
+            ),
+            Vec::new(),
+        ));
+    };
+    if workload::controlled_by(w, &owner.uid) {
+        return None;
+    }
+    Some(hold(
+        format!("TFJob {name} adopts its prebuilt Workload {prebuilt}."),
+        vec![WorkloadWrite::Adopt {
+            name: prebuilt.to_owned(),
+            resource_version: w.metadata.resource_version.clone(),
+            owner: owner.clone(),
+        }],
+    ))
 }
 
 /// Decides, before the job runs, whether it may. `job` is neither finished
 /// nor suspended by its own spec (the plan handles those first).
 pub fn gate(job: &TFJob, spec: &JobSpec<'_>, owner: &OwnerReference, seen: &Seen<'_>) -> Decision {
-    let Some(queue) = workload::queue_name(job) else {
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    let is_prebuilt = workload::prebuilt_name(job).is_some();
+    // MultiKueue copies the job with its labels; without the queue label a
+    // prebuilt Workload still names the queue it was admitted through.
+    let fallback = is_prebuilt.then_some("(the prebuilt Workload's)");
+    let Some(queue) = workload::queue_name(job).or(fallback) else {
         return Decision::free();
     };
-    let (ours, builtin) = find(seen, &owner.uid);
+    if let Some(decision) = prebuilt(job, owner, seen, name) {
+        return decision;
+    }
+    let (ours, builtin) = find(seen, job, &owner.uid);
     if builtin {
         return Decision::free();
     }
-    let name = job.metadata.name.as_deref().unwrap_or_default();
     let hold = |message: String, writes: Vec<WorkloadWrite>| Decision {
         gate: Gate::Hold(message),
         writes,
@@ -243,7 +299,9 @@ pub fn gate(job: &TFJob, spec: &JobSpec<'_>, owner: &OwnerReference, seen: &Seen
             recheck: None,
         };
     }
-    if !w.has_quota_reservation() {
+    // A prebuilt Workload is MultiKueue's copy of the manager's: its
+    // podSets and queue are not ours to compare.
+    if !w.has_quota_reservation() && !is_prebuilt {
         let hash = workload::pod_sets_hash(&workload::pod_sets(spec));
         if !workload::matches(w, &hash) {
             return hold(
@@ -365,7 +423,7 @@ pub fn after(
     let Some(uid) = job.metadata.uid.as_deref() else {
         return Vec::new();
     };
-    let (Some(w), false) = find(seen, uid) else {
+    let (Some(w), false) = find(seen, job, uid) else {
         return Vec::new();
     };
     if w.metadata.deletion_timestamp.is_some() {

@@ -802,3 +802,38 @@ fn what_kueue_writes_is_read_and_unknown_fields_are_kept() {
         json!({ "evictions": [{ "reason": "Preempted", "count": 1 }] })
     );
 }
+
+#[test]
+fn on_a_multikueue_worker_the_job_waits_for_then_adopts_its_prebuilt_workload() {
+    let mut job = job(1);
+    job.metadata.labels.as_mut().expect("labels").insert(
+        "kueue.x-k8s.io/prebuilt-workload-name".into(),
+        "from-manager".into(),
+    );
+    // Not there yet: held, and no Workload of our own is made.
+    let d = decide(&job, &[]);
+    assert!(
+        matches!(&d.gate, Gate::Hold(m) if m.contains("from-manager")),
+        "{:?}",
+        d.gate
+    );
+    assert!(d.writes.is_empty(), "{:?}", d.writes);
+    // There, not ours yet: adopted.
+    let mut theirs = admitted(created(&job));
+    theirs.metadata.name = Some("from-manager".into());
+    theirs.metadata.owner_references = None;
+    theirs.metadata.labels = None;
+    let d = decide(&job, &[Arc::new(theirs.clone())]);
+    match d.writes.as_slice() {
+        [WorkloadWrite::Adopt { name, owner, .. }] => {
+            assert_eq!(name, "from-manager");
+            assert_eq!(owner.uid, "uid-1");
+        }
+        other => panic!("expected an adoption, got {other:?}"),
+    }
+    // Adopted (controlled by the job) and admitted: it runs, although the
+    // Workload carries none of our labels or podSet hash.
+    theirs.metadata.owner_references = Some(vec![owner_reference(&job).expect("an owner")]);
+    let d = decide(&job, &[Arc::new(theirs)]);
+    assert!(matches!(d.gate, Gate::Run { .. }), "{:?}", d.gate);
+}

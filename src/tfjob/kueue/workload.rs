@@ -11,8 +11,8 @@ use crate::api::defaults::JobSpec;
 use crate::api::types::TFJob;
 
 use super::api::{
-    FINALIZER_RESOURCE_IN_USE, LABEL_JOB_UID, LABEL_MAX_EXEC_TIME, LABEL_PRIORITY_CLASS,
-    LABEL_QUEUE_NAME, PodSet, PriorityClassRef, Workload, WorkloadSpec,
+    FINALIZER_RESOURCE_IN_USE, LABEL_JOB_UID, LABEL_MAX_EXEC_TIME, LABEL_PREBUILT_WORKLOAD,
+    LABEL_PRIORITY_CLASS, LABEL_QUEUE_NAME, PodSet, PriorityClassRef, Workload, WorkloadSpec,
 };
 use super::sha1;
 
@@ -47,6 +47,17 @@ pub fn queue_name(job: &TFJob) -> Option<&str> {
         .get(LABEL_QUEUE_NAME)
         .map(String::as_str)
         .filter(|q| !q.is_empty())
+}
+
+/// The Workload MultiKueue made for the job on this (worker) cluster: its
+/// `kueue.x-k8s.io/prebuilt-workload-name` label, if set.
+pub fn prebuilt_name(job: &TFJob) -> Option<&str> {
+    job.metadata
+        .labels
+        .as_ref()?
+        .get(LABEL_PREBUILT_WORKLOAD)
+        .map(String::as_str)
+        .filter(|n| !n.is_empty())
 }
 
 /// The Workload's name: Kueue's own for a TFJob

@@ -27,10 +27,24 @@ impl TfJobReconciler {
         &self,
         key: &ObjectKey,
     ) -> (Vec<Arc<Workload>>, BTreeMap<String, Arc<ResourceFlavor>>) {
-        let Some(workloads) = &self.workloads else {
+        let Some(cache) = &self.workloads else {
             return (Vec::new(), BTreeMap::new());
         };
-        let workloads = workloads.by_index(WORKLOAD_OWNER_INDEX, &key.to_string());
+        let mut workloads = cache.by_index(WORKLOAD_OWNER_INDEX, &key.to_string());
+        // A prebuilt Workload (MultiKueue's, on a worker) is not the job's
+        // until adopted: found by the name the job's label gives.
+        let prebuilt = self
+            .jobs
+            .get(key)
+            .and_then(|job| crate::tfjob::kueue::workload::prebuilt_name(&job).map(str::to_owned));
+        if let Some(name) = prebuilt
+            && !workloads
+                .iter()
+                .any(|w| w.metadata.name.as_deref() == Some(&name))
+            && let Some(w) = cache.get(&ObjectKey::new(key.namespace(), &name))
+        {
+            workloads.push(w);
+        }
         let mut flavors = BTreeMap::new();
         if let Some(cache) = &self.flavors {
             let named = workloads
@@ -130,6 +144,43 @@ impl TfJobReconciler {
                 resource_version,
                 finalizers,
             } => return release(api, name, resource_version.as_deref(), finalizers).await,
+            WorkloadWrite::Adopt {
+                name,
+                resource_version,
+                owner,
+            } => {
+                let mut owners: Vec<serde_json::Value> = self
+                    .workloads
+                    .as_ref()
+                    .and_then(|c| c.get(&ObjectKey::new(Some(namespace), name)))
+                    .and_then(|w| w.metadata.owner_references.clone())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|o| serde_json::json!(o))
+                    .collect();
+                owners.push(serde_json::json!(owner));
+                let patch = serde_json::json!({ "metadata": {
+                    "resourceVersion": resource_version,
+                    "ownerReferences": owners,
+                    "labels": { crate::tfjob::kueue::api::LABEL_JOB_UID: owner.uid },
+                }});
+                match api
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .instrument(write_span("patch", "workload", name))
+                    .await
+                {
+                    Ok(_) => {
+                        self.recorder.normal(
+                            job,
+                            event::KUEUE_UPDATED_WORKLOAD,
+                            format!("Adopted prebuilt Workload: {namespace}/{name}"),
+                        );
+                        Ok(())
+                    }
+                    Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()),
+                    Err(e) => Err(("patch", name.clone(), e)),
+                }
+            }
             WorkloadWrite::SetQueueName { name, queue } => {
                 let patch = serde_json::json!({ "spec": { "queueName": queue } });
                 match api
