@@ -57,7 +57,9 @@ use super::kueue::gate::{self as kueue_gate, PodPlacement, Seen, WorkloadWrite};
 use super::schema::StatusSchema;
 use super::tf_config::replica_name;
 
+mod dispatched;
 mod stop;
+use dispatched::dispatched;
 use stop::{kueue_gates, suspend};
 
 /// Exit codes at or above this mean the process was killed by a signal
@@ -172,6 +174,8 @@ pub struct Plan {
     /// What the Pods this pass creates get from the job's Kueue admission,
     /// per replica type (node labels, tolerations).
     pub placements: BTreeMap<ReplicaType, PodPlacement>,
+    /// Someone else writes the job's status (MultiKueue mirrors a worker's).
+    pub status_is_remote: bool,
 }
 
 /// How long to wait for an old PodGroup of the job's name to be deleted
@@ -202,8 +206,11 @@ pub fn plan(obs: &Observed<'_>, cfg: &PlanConfig) -> Plan {
         return Plan::default();
     };
     let managed_by = job.spec.run_policy.managed_by.as_deref();
-    if job.metadata.deletion_timestamp.is_some() || !is_managed_here(managed_by) {
+    if job.metadata.deletion_timestamp.is_some() {
         return Plan::default();
+    }
+    if !is_managed_here(managed_by) {
+        return dispatched(obs, managed_by);
     }
     let mut p = Plan {
         status: job.status.clone().unwrap_or_default(),

@@ -837,3 +837,51 @@ fn on_a_multikueue_worker_the_job_waits_for_then_adopts_its_prebuilt_workload() 
     let d = decide(&job, &[Arc::new(theirs)]);
     assert!(matches!(d.gate, Gate::Run { .. }), "{:?}", d.gate);
 }
+
+#[test]
+fn a_job_multikueue_dispatches_from_here_gets_its_workload_and_nothing_else() {
+    let mut job = job(2);
+    job.spec.run_policy.managed_by = Some("kueue.x-k8s.io/multikueue".into());
+    let p = run_plan(&job, &[], &[]);
+    assert!(p.manage && p.status_is_remote);
+    assert!(matches!(
+        writes(&p).as_slice(),
+        [WorkloadWrite::Create { .. }]
+    ));
+    assert_eq!(creates_pods(&p), 0);
+    assert_eq!(p.status, TFJobStatus::default(), "no condition of ours");
+    // The mirrored status says Succeeded: the Workload finishes.
+    let w = Arc::new(admitted(created(&job)));
+    let mut status = TFJobStatus::default();
+    crate::tfjob::conditions::set(
+        &mut status,
+        job_condition::SUCCEEDED,
+        true,
+        reason::SUCCEEDED,
+        "done on the worker".into(),
+        &Time(now()),
+    );
+    job.status = Some(status);
+    let p = run_plan(&job, &[], std::slice::from_ref(&w));
+    assert!(
+        matches!(
+            writes(&p).as_slice(),
+            [WorkloadWrite::ApplyStatus { finished: true, .. }]
+        ),
+        "{:?}",
+        writes(&p)
+    );
+    // Without Kueue (or with its built-in), such a job is not ours at all.
+    let plain = plan(
+        &Observed {
+            job: &job,
+            pods: &[],
+            services: &[],
+            pod_group: None,
+            kueue: None,
+            now: now(),
+        },
+        &PlanConfig::default(),
+    );
+    assert!(!plain.manage);
+}
