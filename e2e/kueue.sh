@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
 # Real Kueue (sigs.k8s.io/kueue, KUEUE_VERSION in versions.env) next to the
 # local control plane, run as a plain process on loopback like the other
-# components of e2e/cluster.sh, with its kubeflow.org/tfjob integration on.
+# components of e2e/cluster.sh, in one of two modes (TFJOB_KUEUE_MODE):
+#
+#   builtin   (default) its built-in kubeflow.org/tfjob integration on: Kueue's
+#             webhook suspends TFJobs and its controller builds their Workloads
+#   workload  the built-in off, integrations.externalFrameworks:
+#             [TFJob.v1.kubeflow.org]: our operator builds and owns the Workloads
+#             (--kueue=workload/auto, src/tfjob/kueue/); waitForPodsReady on, with
+#             timeout TFJOB_KUEUE_PODS_READY_TIMEOUT (default 20s), so every
+#             job also proves the operator's PodsReady
+#
+# The mode is written to $TFJOB_CLUSTER_DIR/kueue/mode for the tests.
 #
 #   kueue.sh up       install Kueue's CRDs and webhooks, start it, wait until it admits requests
 #   kueue.sh down     stop it and remove its webhook configurations (a dead webhook
 #                     with failurePolicy Fail would block every TFJob create)
 #   kueue.sh status   running or not, on which ports
 #
-# Needs a running cluster (`make cluster-up`); `up` installs our TFJob CRD first,
-# since Kueue's TFJob integration sets up its controller only once the kind exists.
+# Needs a running cluster (`make cluster-up`); `up` installs our TFJob CRD first in
+# builtin mode, since Kueue's TFJob integration sets up its controller only once
+# the kind exists.
 # The binary comes from e2e/tools.sh (`--kueue-bin`; TFJOB_KUEUE_BIN overrides);
 # the CRDs and webhook manifests are read from the Go module cache
 # (`go mod download sigs.k8s.io/kueue@$KUEUE_VERSION`), never copied into the repo.
@@ -43,6 +54,13 @@ METRICS_CERT_DIR=/etc/kueue/metrics/certs
 NS_LABEL=tfjob-operator.e2e/kueue
 # Kueue's own kinds plus TFJobs; every other integration is off, its webhooks not installed.
 WEBHOOKS="clusterqueue cohort resourceflavor workload tfjob"
+MODE="${TFJOB_KUEUE_MODE:-builtin}"
+case "$MODE" in
+  builtin | workload) ;;
+  *) die "TFJOB_KUEUE_MODE=$MODE: use builtin or workload" ;;
+esac
+# Without the built-in, Kueue has no TFJob webhook to install.
+[[ "$MODE" == workload ]] && WEBHOOKS="clusterqueue cohort resourceflavor workload"
 
 kubectl_admin() { "$(bin_dir)/kubectl" --kubeconfig "$D/kubeconfig" "$@"; }
 
@@ -175,10 +193,32 @@ leaderElection:
   leaderElect: false
 internalCertManagement:
   enable: false
+EOF
+  if [[ "$MODE" == builtin ]]; then
+    cat >>"$K/config.yaml" <<EOF
 integrations:
   frameworks:
   - kubeflow.org/tfjob
 EOF
+  else
+    # An empty frameworks list means Kueue's default (batch/job): named
+    # explicitly, so it is clear kubeflow.org/tfjob is not among them.
+    cat >>"$K/config.yaml" <<EOF
+integrations:
+  frameworks:
+  - batch/job
+  externalFrameworks:
+  - TFJob.v1.kubeflow.org
+waitForPodsReady:
+  timeout: ${TFJOB_KUEUE_PODS_READY_TIMEOUT:-20s}
+  recoveryTimeout: ${TFJOB_KUEUE_PODS_READY_TIMEOUT:-20s}
+  requeuingStrategy:
+    timestamp: Eviction
+    backoffBaseSeconds: 5
+    backoffMaxSeconds: 10
+EOF
+  fi
+  echo "$MODE" >"$K/mode"
 }
 
 # ---------------------------------------------------------------- readiness
@@ -273,9 +313,12 @@ cmd_up() {
 
   make_certs
   write_config
-  # Our CRD first: see the header.
-  kubectl_admin apply --server-side --force-conflicts -f "$REPO_DIR/crds/kubeflow.org_tfjobs.yaml" >/dev/null
-  wait_established tfjobs.kubeflow.org
+  # Our CRD first: see the header. Not in workload mode, where Kueue needs no
+  # TFJob controller and the tests may run under Kubeflow's CRD instead.
+  if [[ "$MODE" == builtin ]]; then
+    kubectl_admin apply --server-side --force-conflicts -f "$REPO_DIR/crds/kubeflow.org_tfjobs.yaml" >/dev/null
+    wait_established tfjobs.kubeflow.org
+  fi
   kubectl_admin create namespace kueue-system --dry-run=client -o yaml | kubectl_admin apply -f - >/dev/null
   install_crds "$mod"
 
@@ -296,14 +339,16 @@ cmd_up() {
   # Installed only now: until Kueue answers, a webhook would refuse the requests it covers.
   install_webhooks "$mod"
   wait_for 30 "answer from its webhook through the API server" webhook_answers
-  wait_for 30 "TFJob integration in its log" tfjob_integration_on
+  if [[ "$MODE" == builtin ]]; then
+    wait_for 30 "TFJob integration in its log" tfjob_integration_on
+  fi
   trap - ERR
-  log "Kueue up in $((SECONDS - start)) s (log: $LOG_FILE)"
+  log "Kueue up in $((SECONDS - start)) s, mode $MODE (log: $LOG_FILE)"
 }
 
 cmd_status() {
   if is_ours; then
-    echo "kueue running  pid $(pid_of)"
+    echo "kueue running  pid $(pid_of)  mode $(cat "$K/mode" 2>/dev/null)"
     cat "$K/ports"
   else
     echo "kueue STOPPED"

@@ -4,9 +4,11 @@
 #   2. start a fresh local control plane
 #   3. cargo test --test e2e -- --ignored   (all e2e tests but Kueue's, in parallel, one namespace each)
 #   4. start Kueue next to the cluster (e2e/kueue.sh) and run tests/e2e/kueue.rs on their own,
-#      after the tests that restart the API server
+#      after the tests that restart the API server: with Kueue's built-in TFJob integration,
+#      then without it (TFJOB_KUEUE_MODE=workload) with tests/e2e/kueue_workload.rs too
 #   5. stop Kueue; swap the TFJob CRD for Kubeflow's own and run the core scenarios
-#      again under it (TFJOB_E2E_CRD=kubeflow; see run_kubeflow_crd_phase)
+#      again under it (TFJOB_E2E_CRD=kubeflow; see run_kubeflow_crd_phase), and the
+#      Kueue scenarios without the built-in (Kueue in workload mode)
 #   6. the fault-injection suite on a fresh cluster (fault_suite below)
 #   7. tear the cluster down, always (trap), even when a test or step 1/2 failed
 # The exit code is the first failing step's (step 5 runs even when step 4 failed).
@@ -40,13 +42,38 @@ trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- Kueue
 
-# Kueue (tests/e2e/kueue.rs) runs beside the cluster after the main pass only.
+# Kueue (tests/e2e/kueue.rs, kueue_workload.rs) runs beside the cluster after
+# the main pass only. $1: its mode (e2e/kueue.sh, TFJOB_KUEUE_MODE).
 kueue_up() {
-  local start=$SECONDS
-  bash "$E2E_DIR/kueue.sh" up
-  KUEUE_UP_SECONDS=$((SECONDS - start))
-  # tests/e2e/kueue.rs fails instead of skipping when Kueue is promised but gone.
-  export TFJOB_E2E_KUEUE=1
+  local start=$SECONDS mode="${1:-builtin}"
+  TFJOB_KUEUE_MODE="$mode" bash "$E2E_DIR/kueue.sh" up
+  KUEUE_UP_SECONDS=$((${KUEUE_UP_SECONDS:-0} + SECONDS - start))
+  # The Kueue tests fail instead of skipping when Kueue is promised but gone
+  # (and kueue_workload.rs when it runs in the other mode).
+  if [[ "$mode" == workload ]]; then export TFJOB_E2E_KUEUE=workload; else export TFJOB_E2E_KUEUE=1; fi
+}
+
+# The Kueue filters per mode: the shared scenarios in both, the Workload-mode ones without the built-in.
+KUEUE_TESTS_BUILTIN=(kueue::)
+KUEUE_TESTS_WORKLOAD=(kueue:: kueue_workload::)
+
+# Runs the Kueue tests with Kueue in mode $1; once more on a fresh Kueue if they fail.
+run_kueue_phase() {
+  local mode="$1" rc=0
+  shift
+  kueue_up "$mode"
+  log "running the Kueue e2e tests on their own (Kueue mode $mode)"
+  if ! cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" "$@"; then
+    # Kueue (an external process) sometimes admits nothing after the API
+    # server was restarted under it: start it afresh once and run them again.
+    # Both runs' output stays in the log; a second failure fails the suite.
+    log "the Kueue tests failed: restarting Kueue and running them once more"
+    kueue_down
+    kueue_up "$mode"
+    cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" "$@" || rc=$?
+  fi
+  kueue_down
+  return "$rc"
 }
 
 kueue_down() { bash "$E2E_DIR/kueue.sh" down; }
@@ -129,6 +156,10 @@ run_kubeflow_crd_phase() {
   local rc=0
   TFJOB_E2E_CRD=kubeflow TFJOB_E2E_KUBEFLOW_CRD="$crd" \
     cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" "${KUBEFLOW_CRD_TESTS[@]}" || rc=$?
+  # Queued jobs without Kueue's built-in, under Kubeflow's CRD (Kueue in
+  # workload mode does not install our CRD over it: e2e/kueue.sh).
+  TFJOB_E2E_CRD=kubeflow TFJOB_E2E_KUBEFLOW_CRD="$crd" \
+    run_kueue_phase workload "${KUEUE_TESTS_WORKLOAD[@]}" || { local r=$?; ((rc != 0)) || rc=$r; }
   log "Kubeflow's CRD phase: $((SECONDS - start)) s (exit $rc)"
   return "$rc"
 }
@@ -187,24 +218,14 @@ main() {
   log "running the e2e tests (--test-threads=$E2E_TEST_THREADS)"
   # The Jaeger test runs in `make test-observability` (which builds Jaeger).
   cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" --skip kueue:: \
-    --skip observability::traces:: || rc=$?
+    --skip kueue_workload:: --skip observability::traces:: || rc=$?
   # Kueue starts only now, for its tests on their own: other tests restart the
   # API server, and Kueue (a separate process, client-go inside) admitted
   # nothing for 90 s after such a restart in 3 of 6 CI runs when it had been
   # started before them.
-  kueue_up
-  log "running the Kueue e2e tests on their own"
-  if ! cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" kueue::; then
-    # Kueue (an external process) sometimes admits nothing after the API
-    # server was restarted under it: start it afresh once and run them again.
-    # Both runs' output stays in the log; a second failure fails the suite.
-    log "the Kueue tests failed: restarting Kueue and running them once more"
-    kueue_down
-    kueue_up
-    cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" kueue:: || { local r=$?; ((rc != 0)) || rc=$r; }
-  fi
+  run_kueue_phase builtin "${KUEUE_TESTS_BUILTIN[@]}" || { local r=$?; ((rc != 0)) || rc=$r; }
+  run_kueue_phase workload "${KUEUE_TESTS_WORKLOAD[@]}" || { local r=$?; ((rc != 0)) || rc=$r; }
   tests_done=$SECONDS
-  kueue_down
   run_kubeflow_crd_phase || { local r=$?; ((rc != 0)) || rc=$r; }
   local faults_start=$SECONDS
   fault_suite || { local r=$?; ((rc != 0)) || rc=$r; }

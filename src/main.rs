@@ -29,6 +29,7 @@ use tfjob_operator::runtime::manager::server::{HttpServer, SecureMetrics};
 use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
 use tfjob_operator::tfjob::controller::{Options, setup};
 use tfjob_operator::tfjob::gang;
+use tfjob_operator::tfjob::kueue;
 use tfjob_operator::tfjob::schema::{CRD_NAME, StatusSchema};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::Layer;
@@ -258,6 +259,11 @@ async fn run(
         .map_err(anyhow::Error::msg)?;
     tracing::info!(setting = ?gang.setting, "{}", gang.detail);
     manager.readiness().add_detail(gang.detail.clone());
+    let kueue = kueue::detect(&client, args.kueue)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    tracing::info!(setting = ?kueue.setting, "{}", kueue.detail);
+    manager.readiness().add_detail(kueue.detail.clone());
     if args.metrics_secure {
         let tls = MetricsTls::new(args.metrics_cert_dir.as_deref())?;
         tracing::info!(
@@ -290,6 +296,7 @@ async fn run(
         force_delete_stuck_after: (args.force_delete_stuck_pods_after_seconds > 0)
             .then(|| Duration::from_secs(args.force_delete_stuck_pods_after_seconds)),
         gang: gang.setting,
+        kueue: kueue.setting,
     };
     manager.set_event_client(events_client);
     setup(

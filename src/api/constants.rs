@@ -119,6 +119,11 @@ pub mod reason {
     /// Ours: the reason of the `Created` condition (and a Warning) while the
     /// job's gang cannot be placed (`src/tfjob/gang.rs`).
     pub const GANG_UNSCHEDULABLE: &str = "GangUnschedulable";
+    /// Ours: the `Suspended` condition's reason while the job waits for its
+    /// Kueue Workload's admission (`src/tfjob/kueue/gate.rs`).
+    pub const QUEUED: &str = "TFJobQueued";
+    /// Ours: the `Suspended` condition's reason after Kueue evicted the job.
+    pub const EVICTED: &str = "TFJobEvicted";
 }
 
 /// Event reasons (Kubeflow's).
@@ -154,6 +159,16 @@ pub mod event {
     pub const JOB_TERMINATED: &str = "JobTerminated";
     pub const SUCCESSFUL_DELETE_JOB: &str = "SuccessfulDeleteJob";
     pub const FAILED_DELETE_JOB: &str = "FailedDeleteJob";
+    /// Kueue's own event reasons (`pkg/controller/jobframework/events.go`),
+    /// for a job whose Workload the operator owns (`src/tfjob/kueue/`).
+    pub const KUEUE_CREATED_WORKLOAD: &str = "CreatedWorkload";
+    pub const KUEUE_DELETED_WORKLOAD: &str = "DeletedWorkload";
+    pub const KUEUE_UPDATED_WORKLOAD: &str = "UpdatedWorkload";
+    pub const KUEUE_FINISHED_WORKLOAD: &str = "FinishedWorkload";
+    pub const KUEUE_STARTED: &str = "Started";
+    pub const KUEUE_STOPPED: &str = "Stopped";
+    /// Ours: a Workload write failed (Kueue's is `ErrWorkloadCompose`).
+    pub const KUEUE_FAILED_WORKLOAD: &str = "FailedWorkload";
 }
 
 #[cfg(test)]

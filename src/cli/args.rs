@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use super::flags::{BindAddress, GoDuration};
 use crate::tfjob::gang::GangMode;
+use crate::tfjob::kueue::KueueMode;
 
 #[derive(Parser)]
 #[command(
@@ -128,6 +129,14 @@ pub struct RunArgs {
     /// served; on gangs every job (and refuses to start without the API); off never.
     #[arg(long, env = "TFJOB_GANG_SCHEDULING", value_enum, default_value_t = GangMode::Auto)]
     pub gang_scheduling: GangMode,
+    /// Who makes a queued job's Kueue Workload (jobs labelled
+    /// kueue.x-k8s.io/queue-name): workload = the operator (Kueue configured
+    /// with externalFrameworks: TFJob.v1.kubeflow.org); builtin = Kueue's
+    /// built-in kubeflow.org/tfjob integration; auto = workload when the
+    /// server serves Kueue's Workloads (a job the built-in already has is
+    /// left to it), else off; off = the label is ignored.
+    #[arg(long, env = "TFJOB_KUEUE", value_enum, default_value_t = KueueMode::Auto)]
+    pub kueue: KueueMode,
     /// Client-side API rate limit in requests per second for each of the
     /// operator's three API clients, as client-go limits each REST client:
     /// the manager's (lists, watches, status writes, leader election), Pod

@@ -19,11 +19,13 @@ use crate::runtime::manager::Manager;
 
 use super::cached::{CachedPod, CachedService, slim_status};
 use super::gang::GangScheduling;
+use super::kueue::Kueue;
+use super::kueue::api::{ResourceFlavor, Workload};
 use super::metrics::JobMetrics;
 use super::observer::ExpectationsObserver;
 use super::plan::PlanConfig;
 use super::read_your_writes::WrittenStatus;
-use super::reconcile::{JOB_NAME_INDEX, SyncError, TfJobReconciler};
+use super::reconcile::{JOB_NAME_INDEX, SyncError, TfJobReconciler, WORKLOAD_OWNER_INDEX};
 use super::schema::StatusSchema;
 use super::status_batch::DeferredStatus;
 
@@ -50,6 +52,8 @@ pub struct Options {
     pub force_delete_stuck_after: Option<std::time::Duration>,
     /// Whether jobs get a PodGroup, decided at startup ([`super::gang`]).
     pub gang: GangScheduling,
+    /// Whether the operator owns queued jobs' Kueue Workloads ([`super::kueue`]).
+    pub kueue: Kueue,
 }
 
 /// Why the controller could not be set up.
@@ -69,6 +73,11 @@ pub struct Informers {
     /// Only when gangs are in use: a server without the API has nothing
     /// to list, and `--gang-scheduling=off` needs no permission on them.
     pub pod_groups: Option<SharedInformer<PodGroup>>,
+    /// Only with `--kueue=workload` (or `auto` finding Kueue): every
+    /// Workload in scope (the built-in's too: see `super::kueue::gate`),
+    /// and every ResourceFlavor.
+    pub workloads: Option<SharedInformer<Workload>>,
+    pub flavors: Option<SharedInformer<ResourceFlavor>>,
 }
 
 /// Creates the informers: TFJobs, and only the Pods and Services that carry
@@ -79,6 +88,7 @@ pub fn informers(
     factory: &InformerFactory,
     namespace: Option<&str>,
     gang: GangScheduling,
+    kueue: Kueue,
 ) -> Result<Informers, FactoryError> {
     // Children are cached as their metadata and (Pods) the status the
     // controller reads, decoded without their specs: see `super::cached`.
@@ -98,12 +108,35 @@ pub fn informers(
     let pod_groups = gang
         .enabled()
         .then(|| factory.informer::<PodGroup>(scope(None)));
+    let workloads = kueue.enabled().then(|| {
+        let workloads = factory.informer::<Workload>(scope(None));
+        workloads.add_index(WORKLOAD_OWNER_INDEX, Arc::new(workload_owner));
+        workloads
+    });
+    let flavors = kueue
+        .enabled()
+        .then(|| factory.informer::<ResourceFlavor>(WatchConfig::default()));
     Ok(Informers {
         jobs: factory.informer::<TFJob>(scope(None)),
         pods,
         services,
         pod_groups,
+        workloads,
+        flavors,
     })
+}
+
+/// `namespace/name` of the TFJob controlling a Workload: how the Workloads
+/// of a deleted job (gone from the cache) are still found.
+fn workload_owner(w: &Workload) -> Vec<String> {
+    let namespace = w.metadata.namespace.as_deref().unwrap_or_default();
+    w.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|o| o.controller == Some(true) && o.kind == "TFJob")
+        .map(|o| format!("{namespace}/{}", o.name))
+        .collect()
 }
 
 /// Builds the reconciler and registers the expectation observers. The
@@ -134,6 +167,8 @@ pub fn reconciler(
         pods: informers.pods.indexer(),
         services: informers.services.indexer(),
         pod_groups: informers.pod_groups.as_ref().map(SharedInformer::indexer),
+        workloads: informers.workloads.as_ref().map(SharedInformer::indexer),
+        flavors: informers.flavors.as_ref().map(SharedInformer::indexer),
         expectations,
         recorder: manager.event_recorder(COMPONENT),
         metrics: JobMetrics::register(&manager.registry()),
@@ -161,7 +196,12 @@ pub fn setup(
     options: &Options,
     children: kube::Client,
 ) -> Result<(), SetupError> {
-    let informers = informers(&factory, options.namespace.as_deref(), options.gang)?;
+    let informers = informers(
+        &factory,
+        options.namespace.as_deref(),
+        options.gang,
+        options.kueue,
+    )?;
     let reconciler = reconciler(manager, &informers, options, children);
     super::undecodable::report_on_the_object(&informers.jobs, manager.event_recorder(COMPONENT));
     let mut builder = Controller::builder("tfjob")
@@ -172,6 +212,10 @@ pub fn setup(
     // its job up.
     if let Some(pod_groups) = &informers.pod_groups {
         builder = builder.owns(pod_groups);
+    }
+    // A Workload's admission, eviction or deletion wakes its job up.
+    if let Some(workloads) = &informers.workloads {
+        builder = builder.owns(workloads);
     }
     let controller = builder
         .workers(options.workers.max(1))

@@ -15,6 +15,7 @@ pub mod gang;
 pub mod index_set;
 #[cfg(test)]
 mod kubeflow_module;
+pub mod kueue;
 pub mod lost_node;
 pub mod messages;
 #[cfg(test)]

@@ -50,12 +50,17 @@ use super::children::{ChildContext, owner_reference, replica_of};
 use super::conditions::{self, is_finished, is_true};
 use super::gang::{self, GangScheduling, Step, Unplaced};
 use super::index_set;
+use super::kueue::gate::{self as kueue_gate, PodPlacement, Seen, WorkloadWrite};
 use super::lost_node::{STUCK_POD_RECHECK, stuck_on_lost_node};
 use super::messages;
 use super::schema::StatusSchema;
 use super::tf_config::replica_name;
 
+mod dispatched;
+mod stop;
 mod tally;
+use dispatched::dispatched;
+use stop::{kueue_gates, suspend};
 use tally::{Tally, phase, terminating};
 
 /// Exit codes at or above this mean the process was killed by a signal
@@ -75,6 +80,9 @@ pub struct Observed<'a> {
     /// The PodGroup named like the job ([`gang::group_name`]), whoever owns
     /// it; `None` when there is none or gangs are not in use.
     pub pod_group: Option<&'a PodGroup>,
+    /// The job's Kueue Workloads and the ResourceFlavors, when the operator
+    /// owns Workloads (`--kueue=workload`, [`super::kueue`]); `None` otherwise.
+    pub kueue: Option<Seen<'a>>,
     pub now: Timestamp,
 }
 
@@ -134,6 +142,9 @@ pub enum Action {
     },
     /// TTL after finishing has passed.
     DeleteJob,
+    /// A write to the job's Kueue Workload ([`super::kueue::gate`]); sent
+    /// before the Pods.
+    Workload(WorkloadWrite),
 }
 
 /// An Event to record on the job.
@@ -161,6 +172,11 @@ pub struct Plan {
     /// The PodGroup the Pods this pass creates join
     /// (`spec.schedulingGroup.podGroupName`); `None`: no group.
     pub pod_group: Option<String>,
+    /// What the Pods this pass creates get from the job's Kueue admission,
+    /// per replica type (node labels, tolerations).
+    pub placements: BTreeMap<ReplicaType, PodPlacement>,
+    /// Someone else writes the job's status (MultiKueue mirrors a worker's).
+    pub status_is_remote: bool,
 }
 
 /// How long to wait for an old PodGroup of the job's name to be deleted
@@ -191,8 +207,11 @@ pub fn plan(obs: &Observed<'_>, cfg: &PlanConfig) -> Plan {
         return Plan::default();
     };
     let managed_by = job.spec.run_policy.managed_by.as_deref();
-    if job.metadata.deletion_timestamp.is_some() || !is_managed_here(managed_by) {
+    if job.metadata.deletion_timestamp.is_some() {
         return Plan::default();
+    }
+    if !is_managed_here(managed_by) {
+        return dispatched(obs, managed_by);
     }
     let mut p = Plan {
         status: job.status.clone().unwrap_or_default(),
@@ -202,6 +221,11 @@ pub fn plan(obs: &Observed<'_>, cfg: &PlanConfig) -> Plan {
     let stored = Bookkeeping::of(job);
     let mut books = stored.clone();
     plan_into(&mut p, &mut books, obs, cfg, name, namespace);
+    if let Some(seen) = &obs.kueue {
+        let pods_left = !obs.pods.is_empty();
+        let writes = kueue_gate::after(job, &p.status, pods_left, seen, obs.now);
+        p.actions.extend(writes.into_iter().map(Action::Workload));
+    }
     // What every pass remembers, whatever path it took: counted Pods that
     // are gone are forgotten, and our display copies of the bookkeeping.
     books.forget_gone_pods(obs.pods.iter().filter_map(|p| p.metadata.uid.as_deref()));
@@ -308,6 +332,11 @@ fn plan_into(
                 uid: group.metadata.uid.clone(),
             });
         }
+        return;
+    }
+    if let Some(seen) = &obs.kueue
+        && !kueue_gates(p, job, &spec, &owner, seen, &children, &now)
+    {
         return;
     }
     if is_true(&p.status, condition::SUSPENDED) {
@@ -748,43 +777,6 @@ fn finish(
         } else {
             p.requeue_in(duration_between(now, expires));
         }
-    }
-}
-
-/// A suspended job: no Pods or Services, Running false, Suspended true.
-fn suspend(p: &mut Plan, name: &str, children: &Children<'_>, now: &Time) {
-    for pods in children.pods.values() {
-        for pod in pods.iter().filter(|p| !terminating(p)) {
-            p.actions.push(delete_pod(pod));
-        }
-    }
-    for svc in children.services.values() {
-        p.actions.push(Action::DeleteService { name: svc.clone() });
-    }
-    for rs in p.status.replica_statuses.values_mut() {
-        rs.active = 0;
-    }
-    let msg = messages::suspended(name);
-    if is_true(&p.status, condition::RUNNING) {
-        conditions::set(
-            &mut p.status,
-            condition::RUNNING,
-            false,
-            reason::SUSPENDED,
-            msg.clone(),
-            now,
-        );
-    }
-    if !is_true(&p.status, condition::SUSPENDED) {
-        p.event(false, reason::SUSPENDED, msg.clone());
-        conditions::set(
-            &mut p.status,
-            condition::SUSPENDED,
-            true,
-            reason::SUSPENDED,
-            msg,
-            now,
-        );
     }
 }
 

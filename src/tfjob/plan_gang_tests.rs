@@ -39,6 +39,7 @@ fn run(
             pods,
             services: &[],
             pod_group: group,
+            kueue: None,
             now: Timestamp::from_second(NOW).expect("a time"),
         },
         &PlanConfig {

@@ -175,6 +175,7 @@ impl World {
                 pods: &self.pods,
                 services: &self.services,
                 pod_group: None,
+                kueue: None,
                 now: at(NOW),
             },
             &PlanConfig {

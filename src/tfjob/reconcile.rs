@@ -25,8 +25,10 @@ use crate::runtime::cache::key::ObjectKey;
 use crate::runtime::cache::store::Indexer;
 use crate::runtime::controller::expectations::{EXPECTATIONS_TTL, Expectations};
 use crate::runtime::events::EventRecorder;
+use crate::tfjob::kueue::api::{ResourceFlavor, Workload};
 
 use super::cached::{CachedPod, CachedService};
+use super::kueue::gate::Seen;
 use super::metrics::JobMetrics;
 use super::plan::{Action, Observed, Plan, PlanConfig, plan};
 use super::read_your_writes::WrittenStatus;
@@ -36,6 +38,7 @@ mod apply;
 mod observe;
 mod pod_group;
 mod status;
+mod workload;
 
 use observe::Observation;
 
@@ -50,6 +53,10 @@ const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 /// The index (on the Pod and Service informers) of children by job name:
 /// how orphans that match a job are found without a scan.
 pub const JOB_NAME_INDEX: &str = "job-name";
+
+/// The index (on the Workload informer) of Workloads by their controlling
+/// TFJob's `namespace/name`.
+pub const WORKLOAD_OWNER_INDEX: &str = "tfjob-owner";
 
 /// A reconcile that did not complete; the controller retries it with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +138,10 @@ pub struct TfJobReconciler {
     pub services: Indexer<CachedService>,
     /// PodGroups, when gangs are in use ([`super::gang`]).
     pub pod_groups: Option<Indexer<PodGroup>>,
+    /// Kueue Workloads and ResourceFlavors, when the operator owns the
+    /// Workloads of queued jobs ([`super::kueue`]).
+    pub workloads: Option<Indexer<Workload>>,
+    pub flavors: Option<Indexer<ResourceFlavor>>,
     pub expectations: Expectations,
     pub recorder: EventRecorder,
     pub metrics: JobMetrics,
@@ -173,6 +184,10 @@ impl TfJobReconciler {
         observe.record("services", services.len());
         // The job's PodGroup is named like the job: same key.
         let pod_group = self.pod_groups.as_ref().and_then(|groups| groups.get(key));
+        if job.metadata.deletion_timestamp.is_some() {
+            self.release_workloads(key).await?;
+        }
+        let (workloads, flavors) = self.kueue_view(key);
 
         // Plan (pure).
         let plan = tracing::debug_span!("plan").in_scope(|| {
@@ -182,6 +197,10 @@ impl TfJobReconciler {
                     pods: &pods,
                     services: &services,
                     pod_group: pod_group.as_deref(),
+                    kueue: self.workloads.as_ref().map(|_| Seen {
+                        workloads: &workloads,
+                        flavors: &flavors,
+                    }),
                     now: jiff::Timestamp::now(),
                 },
                 &self.plan_config,

@@ -793,15 +793,46 @@ async fn a_single_namespace_install_grants_nothing_outside_the_watched_namespace
             &format!("watchNamespace={watched}"),
         ],
     );
-    let kinds_rendered = kinds(&release.objects()).join(",");
+    // The one cluster-wide grant is the read-only one for Kueue's
+    // cluster-scoped kinds (kueue.mode auto, the default: the operator may
+    // own queued jobs' Workloads; templates/kueue-rbac.yaml). Nothing else.
+    let cluster_wide: Vec<String> = release
+        .objects()
+        .iter()
+        .filter(|o| o.kind.starts_with("ClusterRole"))
+        .map(|o| o.name.clone())
+        .collect();
     assert!(
-        !kinds_rendered.contains("ClusterRole"),
-        "a one-namespace install needs no cluster-wide RBAC: {kinds_rendered}"
+        cluster_wide.iter().all(|name| name.ends_with("-kueue")),
+        "a one-namespace install needs no cluster-wide RBAC but Kueue's reads: {cluster_wide:?}"
     );
     let account = release.service_account();
     let sa = client_with_token(&service_account_token(&operator_ns, &account)).await;
 
     assert!(can(&sa, "create", "", "pods", None, Some(&watched)).await);
+    assert!(can(&sa, "list", "kueue.x-k8s.io", "resourceflavors", None, None).await);
+    assert!(
+        !can(
+            &sa,
+            "create",
+            "kueue.x-k8s.io",
+            "resourceflavors",
+            None,
+            None
+        )
+        .await
+    );
+    assert!(
+        !can(
+            &sa,
+            "create",
+            "kueue.x-k8s.io",
+            "workloads",
+            None,
+            Some(&operator_ns)
+        )
+        .await
+    );
     assert!(can(&sa, "watch", "kubeflow.org", "tfjobs", None, Some(&watched)).await);
     assert!(!can(&sa, "create", "", "pods", None, Some(&operator_ns)).await);
     assert!(!can(&sa, "list", "kubeflow.org", "tfjobs", None, None).await);

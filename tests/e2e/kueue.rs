@@ -1,14 +1,23 @@
-//! Real Kueue (`e2e/kueue.sh`, its built-in `kubeflow.org/tfjob` integration)
-//! admitting TFJobs our operator runs: a ResourceFlavor for the KWOK nodes, a
-//! ClusterQueue with a small cpu quota, a LocalQueue in the test's namespace,
-//! and TFJobs labelled `kueue.x-k8s.io/queue-name`.
+//! Real Kueue (`e2e/kueue.sh`) admitting TFJobs our operator runs: a
+//! ResourceFlavor for the KWOK nodes, a ClusterQueue with a small cpu quota, a
+//! LocalQueue in the test's namespace, and TFJobs labelled
+//! `kueue.x-k8s.io/queue-name`. The same scenarios run in both of Kueue's modes
+//! (`TFJOB_KUEUE_MODE`, read back from `.cluster/kueue/mode`), with the operator
+//! at its default `--kueue=auto`:
 //!
-//! What Kueue does to a TFJob, and what these tests check our operator makes
-//! of it: its webhook creates the job suspended (`spec.runPolicy.suspend`), so
-//! no Pods; on admission it writes the flavor's nodeSelector and tolerations
-//! into every replica template and sets `suspend: false`; on preemption it sets
-//! `suspend: true` again and waits until no replica is `active` before it
-//! takes the template changes back.
+//! - `builtin`: Kueue's built-in `kubeflow.org/tfjob` integration. Its webhook
+//!   creates the job suspended (`spec.runPolicy.suspend`), so no Pods; on
+//!   admission it writes the flavor's nodeSelector and tolerations into every
+//!   replica template and sets `suspend: false`; on preemption it sets
+//!   `suspend: true` again and waits until no replica is `active` before it
+//!   takes the template changes back. The operator (which would make Workloads
+//!   itself under `auto`) sees the built-in's Workload and leaves the job to it:
+//!   these tests prove the two never fight.
+//! - `workload`: the built-in off (`externalFrameworks`), the operator builds
+//!   and owns the Workload (`src/tfjob/kueue/`): it holds the job (condition
+//!   `Suspended`, reason `TFJobQueued`, `spec.runPolicy.suspend` untouched),
+//!   puts the flavor on each Pod it creates, and stops the job on eviction.
+//!   `tests/e2e/kueue_workload.rs` has the scenarios only this mode has.
 //!
 //! Each test makes its own cluster-scoped objects (random names) and its own
 //! namespace, labelled `tfjob-operator.e2e/kueue=true`: Kueue's TFJob webhooks
@@ -36,17 +45,29 @@ use crate::support::{
     client, cluster_dir, drive_pod_exit, random_suffix, shared_cluster, test_namespace, wait_until,
 };
 
-const SLOW: Duration = Duration::from_secs(90);
+pub(crate) const SLOW: Duration = Duration::from_secs(90);
 const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 const PRIORITY_LABEL: &str = "kueue.x-k8s.io/priority-class";
 const NAMESPACE_LABEL: &str = "tfjob-operator.e2e/kueue";
 const JOB_NAME_LABEL: &str = "training.kubeflow.org/job-name";
 /// The flavor's toleration: nothing else puts it on a Pod.
-const TOLERATION_KEY: &str = "e2e.tfjob-operator.local/kueue-flavor";
+pub(crate) const TOLERATION_KEY: &str = "e2e.tfjob-operator.local/kueue-flavor";
+
+/// Kueue's mode as `e2e/kueue.sh` started it: `builtin` or `workload`.
+pub(crate) fn kueue_mode() -> String {
+    std::fs::read_to_string(cluster_dir().join("kueue/mode"))
+        .map(|m| m.trim().to_owned())
+        .unwrap_or_else(|_| "builtin".to_owned())
+}
+
+/// Whether the operator, not Kueue's built-in, owns the jobs' Workloads.
+pub(crate) fn workload_mode() -> bool {
+    kueue_mode() == "workload"
+}
 
 /// Whether Kueue answers on its health port (`.cluster/kueue/ports`). When it
 /// does not: `false`, or a panic when the harness promised Kueue.
-fn kueue_running() -> bool {
+pub(crate) fn kueue_running() -> bool {
     let ports = std::fs::read_to_string(cluster_dir().join("kueue/ports")).unwrap_or_default();
     let health = ports
         .lines()
@@ -54,9 +75,10 @@ fn kueue_running() -> bool {
         .and_then(|p| p.trim().parse::<u16>().ok());
     let up = health.is_some_and(|p| http_get(p, "/readyz").is_some_and(|(code, _)| code == 200));
     if !up {
+        let promised = std::env::var("TFJOB_E2E_KUEUE").is_ok_and(|v| !v.is_empty() && v != "0");
         assert!(
-            std::env::var("TFJOB_E2E_KUEUE").as_deref() != Ok("1"),
-            "TFJOB_E2E_KUEUE=1 but Kueue is not running (see {}/logs/kueue.log)",
+            !promised,
+            "TFJOB_E2E_KUEUE is set but Kueue is not running (see {}/logs/kueue.log)",
             cluster_dir().display()
         );
         eprintln!("skipping: Kueue is not running (start it with `make kueue-up`)");
@@ -64,7 +86,12 @@ fn kueue_running() -> bool {
     up
 }
 
-fn kueue_api(client: &Client, kind: &str, plural: &str, ns: Option<&str>) -> Api<DynamicObject> {
+pub(crate) fn kueue_api(
+    client: &Client,
+    kind: &str,
+    plural: &str,
+    ns: Option<&str>,
+) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", kind);
     let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
     match ns {
@@ -73,7 +100,7 @@ fn kueue_api(client: &Client, kind: &str, plural: &str, ns: Option<&str>) -> Api
     }
 }
 
-async fn create_kueue_object(
+pub(crate) async fn create_kueue_object(
     client: &Client,
     kind: &str,
     plural: &str,
@@ -93,19 +120,19 @@ async fn create_kueue_object(
 /// A namespace whose TFJobs Kueue manages, a running operator for it, and a
 /// LocalQueue `queue` that feeds a new ClusterQueue with `cpu` cores of quota
 /// on a new ResourceFlavor for the KWOK nodes.
-struct Env {
+pub(crate) struct Env {
     _cluster: tokio::sync::OwnedRwLockReadGuard<()>,
-    client: Client,
-    ns: String,
-    flavor: String,
-    cluster_queue: String,
-    operator: Operator,
-    jobs: Api<TFJob>,
-    pods: Api<Pod>,
+    pub(crate) client: Client,
+    pub(crate) ns: String,
+    pub(crate) flavor: String,
+    pub(crate) cluster_queue: String,
+    pub(crate) operator: Operator,
+    pub(crate) jobs: Api<TFJob>,
+    pub(crate) pods: Api<Pod>,
 }
 
 impl Env {
-    async fn new(prefix: &str, cpu: &str, preemption: Value) -> Option<Self> {
+    pub(crate) async fn new(prefix: &str, cpu: &str, preemption: Value) -> Option<Self> {
         let cluster = shared_cluster().await;
         if !kueue_running() {
             return None;
@@ -192,11 +219,17 @@ impl Env {
     }
 
     /// A worker-only job of `workers` Pods, 1 cpu each, in the LocalQueue.
-    async fn submit(&self, name: &str, workers: i32, priority_class: Option<&str>) {
-        let mut job = TfJobFixture::new(name)
+    pub(crate) async fn submit(&self, name: &str, workers: i32, priority_class: Option<&str>) {
+        let job = TfJobFixture::new(name)
             .workers(workers)
             .namespace(&self.ns)
             .build();
+        self.submit_job(job, priority_class).await;
+    }
+
+    /// `job` with 1 cpu per container, in the LocalQueue.
+    pub(crate) async fn submit_job(&self, mut job: TFJob, priority_class: Option<&str>) {
+        let name = job.metadata.name.clone().unwrap_or_default();
         let labels = job.metadata.labels.get_or_insert_with(BTreeMap::new);
         labels.insert(QUEUE_LABEL.into(), "queue".into());
         if let Some(class) = priority_class {
@@ -221,11 +254,11 @@ impl Env {
             .unwrap_or_else(|e| panic!("failed to create TFJob {name}: {e}"));
     }
 
-    async fn job(&self, name: &str) -> Option<TFJob> {
+    pub(crate) async fn job(&self, name: &str) -> Option<TFJob> {
         self.jobs.get_opt(name).await.ok().flatten()
     }
 
-    async fn job_pods(&self, name: &str) -> Vec<Pod> {
+    pub(crate) async fn job_pods(&self, name: &str) -> Vec<Pod> {
         let lp = ListParams::default().labels(&format!("{JOB_NAME_LABEL}={name}"));
         self.pods
             .list(&lp)
@@ -235,7 +268,7 @@ impl Env {
     }
 
     /// The job's Workload (Kueue names it; found by its owner reference).
-    async fn workload(&self, name: &str) -> Option<DynamicObject> {
+    pub(crate) async fn workload(&self, name: &str) -> Option<DynamicObject> {
         let uid = self.job(name).await?.metadata.uid?;
         let workloads = kueue_api(&self.client, "Workload", "workloads", Some(&self.ns));
         let list = workloads.list(&ListParams::default()).await.ok()?;
@@ -248,13 +281,15 @@ impl Env {
         })
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.operator.log.display().to_string()
     }
 
-    /// Waits until the job is suspended by Kueue, our operator says so
-    /// (condition Suspended), it has no Pods, and its Workload is pending.
-    async fn wait_held(&self, name: &str) {
+    /// Waits until the job is held: Kueue suspended it (`builtin`) or the
+    /// operator holds it (`workload`: reason `TFJobQueued`, the spec's
+    /// `suspend` untouched), condition Suspended, no Pods, and its Workload
+    /// is pending.
+    pub(crate) async fn wait_held(&self, name: &str) {
         let what = format!(
             "{}/{name} to be held: suspended, no Pods, Workload without quota (operator log: {})",
             self.ns,
@@ -262,8 +297,7 @@ impl Env {
         );
         wait_until(&what, SLOW, || async {
             let job = self.job(name).await?;
-            let suspended = job.spec.run_policy.suspend == Some(true)
-                && job_condition(&job, "Suspended") == Some(true);
+            let suspended = held(&job) && job_condition(&job, "Suspended") == Some(true);
             let wl = self.workload(name).await?;
             let pending = !has_condition(&wl.data, "QuotaReserved");
             (suspended && pending && self.job_pods(name).await.is_empty()).then_some(())
@@ -274,7 +308,7 @@ impl Env {
     /// Asserts that the operator never created a Pod for the job (no
     /// `SuccessfulCreatePod` event): held from its creation on, not stopped
     /// after it had started (Kueue also suspends a running job it did not admit).
-    async fn assert_never_started(&self, name: &str) {
+    pub(crate) async fn assert_never_started(&self, name: &str) {
         let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
         let lp = ListParams::default().fields(&format!("involvedObject.name={name}"));
         let created: Vec<String> = events
@@ -293,7 +327,7 @@ impl Env {
     }
 
     /// Waits until Kueue admitted the job and all its `n` Pods run; returns them.
-    async fn wait_admitted_and_running(&self, name: &str, n: usize) -> Vec<Pod> {
+    pub(crate) async fn wait_admitted_and_running(&self, name: &str, n: usize) -> Vec<Pod> {
         let what = format!(
             "{}/{name} to be admitted with {n} running Pods (operator log: {})",
             self.ns,
@@ -315,7 +349,7 @@ impl Env {
         .await
     }
 
-    async fn wait_condition(&self, name: &str, type_: &str) {
+    pub(crate) async fn wait_condition(&self, name: &str, type_: &str) {
         let what = format!(
             "{}/{name} to be {type_} (operator log: {})",
             self.ns,
@@ -329,14 +363,14 @@ impl Env {
     }
 
     /// Ends the job: worker 0 exits 0.
-    async fn finish(&self, name: &str) {
+    pub(crate) async fn finish(&self, name: &str) {
         let pod = format!("{name}-worker-0");
         drive_pod_exit(&self.client, &self.ns, &pod, Some("tensorflow"), 0).await;
         self.wait_condition(name, "Succeeded").await;
     }
 
     /// Removes the cluster-scoped objects (the namespace takes the rest).
-    async fn cleanup(&self) {
+    pub(crate) async fn cleanup(&self) {
         let cqs = kueue_api(&self.client, "ClusterQueue", "clusterqueues", None);
         let _ = cqs.delete(&self.cluster_queue, &Default::default()).await;
         let flavors = kueue_api(&self.client, "ResourceFlavor", "resourceflavors", None);
@@ -344,13 +378,33 @@ impl Env {
     }
 }
 
-fn is_running(p: &Pod) -> bool {
+/// Held the way the mode holds a job (see [`Env::wait_held`]).
+pub(crate) fn held(job: &TFJob) -> bool {
+    if workload_mode() {
+        job.spec.run_policy.suspend != Some(true)
+            && job_condition_reason(job, "Suspended").is_some_and(|r| r == "TFJobQueued")
+    } else {
+        job.spec.run_policy.suspend == Some(true)
+    }
+}
+
+/// The reason of the TFJob's condition `type_`, when it has one.
+pub(crate) fn job_condition_reason(job: &TFJob, type_: &str) -> Option<String> {
+    job.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .and_then(|c| c.reason.clone())
+}
+
+pub(crate) fn is_running(p: &Pod) -> bool {
     p.metadata.deletion_timestamp.is_none()
         && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
 
 /// Whether a Kueue object's `status.conditions` has `type_` True.
-fn has_condition(data: &Value, type_: &str) -> bool {
+pub(crate) fn has_condition(data: &Value, type_: &str) -> bool {
     data["status"]["conditions"].as_array().is_some_and(|cs| {
         cs.iter()
             .any(|c| c["type"] == type_ && c["status"] == "True")
@@ -358,7 +412,7 @@ fn has_condition(data: &Value, type_: &str) -> bool {
 }
 
 /// The status of the TFJob's condition `type_`, when it has one.
-fn job_condition(job: &TFJob, type_: &str) -> Option<bool> {
+pub(crate) fn job_condition(job: &TFJob, type_: &str) -> Option<bool> {
     job.status
         .as_ref()?
         .conditions
@@ -471,8 +525,16 @@ async fn a_job_preempted_by_higher_priority_is_suspended_cleanly_and_resumes_lat
     );
     wait_until(&what, SLOW, || async {
         let job = env.job("low").await?;
-        let suspended = job.spec.run_policy.suspend == Some(true)
-            && job_condition(&job, "Suspended") == Some(true);
+        // The operator stops the job itself in `workload` mode: the spec's
+        // suspend stays unset, the condition says evicted, then queued again.
+        let stopped = if workload_mode() {
+            job.spec.run_policy.suspend != Some(true)
+                && job_condition_reason(&job, "Suspended")
+                    .is_some_and(|r| r == "TFJobEvicted" || r == "TFJobQueued")
+        } else {
+            job.spec.run_policy.suspend == Some(true)
+        };
+        let suspended = stopped && job_condition(&job, "Suspended") == Some(true);
         (suspended && env.job_pods("low").await.is_empty()).then_some(())
     })
     .await;

@@ -77,6 +77,18 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if kindIs "bool" $v -}}{{ ternary "on" "off" $v }}{{- else -}}{{ $v }}{{- end -}}
 {{- end }}
 
+{{/* kueue.mode as the flag spells it: YAML 1.1 reads a bare off as a boolean. */}}
+{{- define "tfjob-operator.kueueMode" -}}
+{{- $kueue := .Values.kueue | default dict -}}
+{{- $v := ternary $kueue.mode "auto" (hasKey $kueue "mode") -}}
+{{- if kindIs "bool" $v -}}{{ ternary "workload" "off" $v }}{{- else -}}{{ $v }}{{- end -}}
+{{- end }}
+
+{{/* Whether the operator may own Kueue Workloads (kueue.mode auto or workload). */}}
+{{- define "tfjob-operator.kueueWorkloads" -}}
+{{- if has (include "tfjob-operator.kueueMode" .) (list "auto" "workload") }}true{{ end -}}
+{{- end }}
+
 {{/*
 What the operator does in the namespaces it watches, and nothing else
 (rendered into a ClusterRole, or a Role when watchNamespace is set):
@@ -116,6 +128,18 @@ Leases (leader election) are a separate Role in the release namespace.
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["podgroups"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+{{- end }}
+{{- if include "tfjob-operator.kueueWorkloads" . }}
+# The Kueue Workload of each queued job (--kueue=auto|workload,
+# src/tfjob/kueue/): created, deleted when the job changes before admission,
+# patched for its queue name and Kueue's finalizer; its status applied
+# (server-side apply is a patch). No update: nothing is replaced whole.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["patch"]
 {{- end }}
 {{- end }}
 

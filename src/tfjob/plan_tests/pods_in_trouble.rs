@@ -126,6 +126,7 @@ fn a_disrupted_pod_stuck_terminating_on_a_lost_node_is_force_deleted_after_the_w
                 pods: &w.pods,
                 services: &w.services,
                 pod_group: None,
+                kueue: None,
                 now: at(NOW),
             },
             &PlanConfig {
@@ -163,6 +164,7 @@ fn a_pod_being_deleted_normally_is_never_force_deleted() {
             pods: &w.pods,
             services: &w.services,
             pod_group: None,
+            kueue: None,
             now: at(NOW),
         },
         &PlanConfig {

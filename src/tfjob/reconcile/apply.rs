@@ -51,16 +51,23 @@ impl TfJobReconciler {
                 )
             }),
             group: plan.pod_group.clone(),
+            placements: &plan.placements,
         };
         let services: Api<Service> = Api::namespaced(self.children.clone(), &namespace);
         let jobs: Api<TFJob> = Api::namespaced(self.client.clone(), &namespace);
 
         // The gang's group before its Pods, one write at a time; without
         // it, no Pod of this pass is created (the next pass tries again).
-        let (group_ready, group_result) =
+        let (group_ready, mut group_result) =
             self.apply_pod_group(job, &plan.actions, &namespace).await;
+        // The Kueue Workload's writes likewise (a held job plans no Pod).
+        let workload_result = self.apply_workload(job, &plan.actions, &namespace).await;
+        if group_result.is_ok() {
+            group_result = workload_result;
+        }
         let sent = |action: &&Action| {
             !is_pod_group_action(action)
+                && !matches!(action, Action::Workload(_))
                 && (group_ready || !matches!(action, Action::CreatePod { .. }))
         };
 
@@ -230,10 +237,13 @@ impl TfJobReconciler {
             Action::CreatePod { rtype, index, name } => {
                 // Built now, not when planned: see `Action::CreatePod`.
                 let built = pods.children.as_ref().and_then(|c| c.pod(*rtype, *index));
-                let Some(pod) = built else {
+                let Some(mut pod) = built else {
                     tracing::warn!(job = %key, pod = %name, "the planned Pod could not be built");
                     return Ok(None);
                 };
+                if let Some(placement) = pods.placements.get(rtype) {
+                    placement.apply(&mut pod);
+                }
                 let created = match pods.group.as_deref() {
                     Some(group) => {
                         let body = PodInGroup { pod: &pod, group };
@@ -283,6 +293,8 @@ impl TfJobReconciler {
             Action::CreatePodGroup(_)
             | Action::SetPodGroupMinCount { .. }
             | Action::DeletePodGroup { .. } => Ok(None),
+            // Sent before the others, by `apply_workload`.
+            Action::Workload(_) => Ok(None),
         }
     }
 
@@ -435,6 +447,12 @@ struct PodWrites<'a> {
     children: Option<ChildContext<'a>>,
     /// The PodGroup the created Pods join ([`Plan::pod_group`]).
     group: Option<String>,
+    /// What each replica type's Pods get from the Kueue admission
+    /// ([`Plan::placements`]).
+    placements: &'a std::collections::BTreeMap<
+        crate::api::constants::ReplicaType,
+        crate::tfjob::kueue::gate::PodPlacement,
+    >,
 }
 
 /// Writes to the job's PodGroup, which `apply_pod_group` sends before the rest.

@@ -77,6 +77,8 @@ impl TfJobReconciler {
             self.expectations.forget(key);
             self.written.forget(key);
             self.deferred.forget(key);
+            // So do its Kueue Workloads, once Kueue's finalizer is off them.
+            self.release_workloads(key).await?;
             return Ok(Observation::Gone);
         };
         // As stored (or as our last write left it), and with the status we

@@ -68,6 +68,9 @@ impl TfJobReconciler {
         job: &Arc<TFJob>,
         plan: &Plan,
     ) -> Result<Option<Duration>, SyncError> {
+        if plan.status_is_remote {
+            return Ok(None);
+        }
         let now = tokio::time::Instant::now();
         match self.deferred.decide(key, job, &plan.status, now) {
             WriteStatus::Unchanged => return Ok(None),

@@ -1,0 +1,45 @@
+//! A job MultiKueue dispatches to a worker cluster: on this (manager)
+//! cluster only its Kueue Workload is planned.
+use crate::api::constants::MANAGED_BY_MULTIKUEUE;
+use crate::api::defaults::normalize;
+use crate::tfjob::children::owner_reference;
+use crate::tfjob::conditions::is_finished;
+use crate::tfjob::kueue::gate as kueue_gate;
+
+use super::{Action, Observed, Plan};
+
+/// A job MultiKueue dispatches from this (manager) cluster
+/// (`runPolicy.managedBy: kueue.x-k8s.io/multikueue`): it runs on a worker,
+/// and MultiKueue mirrors its status here. Without Kueue's built-in, its
+/// Workload is still the job controller's to create and finish (docs/kueue.md,
+/// "MultiKueue"); nothing else is done.
+/// `Plan::default()` (nothing to do) for any other `managedBy`, or without
+/// the operator's Workloads.
+pub(super) fn dispatched(obs: &Observed<'_>, managed_by: Option<&str>) -> Plan {
+    let Some(seen) = obs
+        .kueue
+        .as_ref()
+        .filter(|_| managed_by == Some(MANAGED_BY_MULTIKUEUE))
+    else {
+        return Plan::default();
+    };
+    let job = obs.job;
+    let status = job.status.clone().unwrap_or_default();
+    let mut p = Plan {
+        status,
+        manage: true,
+        status_is_remote: true,
+        ..Plan::default()
+    };
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    if let (Ok(spec), Some(owner)) = (normalize(name, &job.spec), owner_reference(job))
+        && !is_finished(&p.status)
+    {
+        let decision = kueue_gate::gate(job, &spec, &owner, seen);
+        p.actions
+            .extend(decision.writes.into_iter().map(Action::Workload));
+    }
+    let writes = kueue_gate::after(job, &p.status, false, seen, obs.now);
+    p.actions.extend(writes.into_iter().map(Action::Workload));
+    p
+}
