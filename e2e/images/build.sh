@@ -10,6 +10,8 @@
 #              the chart's `helm test` Pod (busybox's wget cannot speak TLS 1.3
 #              to the operator's rustls /metrics, and Debian's segfaults with -T)
 #   operator   the image `make image` builds (hack/image/build.sh), unchanged
+#   tensorflow Debian bookworm + python3 + tensorflow-cpu from pinned PyPI wheels,
+#              for examples/real/ (built by e2e/images/tensorflow.sh)
 #
 # Each is assembled with umoci (no container engine), cached under
 # $TFJOB_CACHE_DIR/images/<name>-<key>/ where the key hashes every input (this
@@ -25,7 +27,7 @@ export LOG_TAG=images
 # shellcheck source=e2e/lib.sh
 source "$(dirname "$0")/../lib.sh"
 
-NAME="${1:?usage: build.sh sandbox|busybox|curl|operator [--print-ref] [--import]}"
+NAME="${1:?usage: build.sh sandbox|busybox|curl|operator|tensorflow [--print-ref] [--import]}"
 shift
 PRINT_REF=0 IMPORT=0
 for arg in "$@"; do
@@ -123,7 +125,13 @@ main() {
       [[ -f "$oci/index.json" ]] || die "no image in $oci: run 'make image' first"
       key=$(skopeo inspect --raw "oci:$oci:$version" | sha256sum | key_of)
       ;;
-    *) die "unknown image '$NAME' (sandbox, busybox, curl, operator)" ;;
+    tensorflow)
+      # Its own script (a Debian rootfs + python3 + tensorflow-cpu's wheels),
+      # which leaves image.tar and ref in the same cache layout.
+      bash "$E2E_DIR/images/tensorflow.sh" >/dev/null
+      key=$(bash "$E2E_DIR/images/tensorflow.sh" --key)
+      ;;
+    *) die "unknown image '$NAME' (sandbox, busybox, curl, operator, tensorflow)" ;;
   esac
   if [[ "$NAME" == operator ]]; then ref="docker.io/library/tfjob-operator:$version"; else ref="tfjob-e2e.local/$NAME:$key"; fi
   dir="$IMAGES_DIR/$NAME-$key"

@@ -5,14 +5,20 @@
 # installed offline from pinned wheels (tensorflow-requirements.txt), one
 # layer assembled with umoci into an OCI layout. No image registry is used.
 #
-#   e2e/images/tensorflow.sh           build (or reuse) and print the OCI layout dir
+#   e2e/images/tensorflow.sh           build (or reuse); print the image's directory
 #   e2e/images/tensorflow.sh --key     print the cache key only
 #   e2e/images/tensorflow.sh --wheels  download (or reuse) the wheels, print their dir
+#   e2e/images/build.sh tensorflow [--print-ref] [--import]   the same, as the
+#                                      other images (build.sh runs this script)
 #
 # Cached under $TFJOB_CACHE_DIR/images/tensorflow-<key>/ where the key hashes
-# every input (this script, the requirements, the Debian suite and package
-# list, SOURCE_DATE_EPOCH); the wheels under images/wheels-<key of the
-# requirements>/ (run-local.sh installs its venv from the same wheels).
+# the recipe and every input (the requirements, the Debian suite and package
+# list, SOURCE_DATE_EPOCH): oci/ (the layout), image.tar (that layout as an
+# OCI archive, which `ctr images import` takes with its layers still
+# compressed), ref (the name it imports as: tfjob-e2e.local/tensorflow:<key>),
+# packages.txt and requirements.txt (what is inside). The wheels are cached
+# under images/wheels-<key of the requirements>/ (run-local.sh installs its
+# venv from the same wheels).
 # Reproducible: SOURCE_DATE_EPOCH fixes every timestamp (mmdebstrap, pip's
 # hash-checked .pyc files, the layer's mtimes, the image config), umoci walks
 # the rootfs in sorted order, so the same inputs and the same Debian mirror
@@ -40,9 +46,12 @@ PIP_WHEEL_SHA256=f3b60b20ffaadd4415ed7957212a38ac63fa4c5fa375bd0f4a797777940fad1
 export SOURCE_DATE_EPOCH=1767225600
 REQUIREMENTS="$IMAGES_DIR/tensorflow-requirements.txt"
 
+# The key: the recipe (the functions that make the rootfs and the layer, not
+# the ones that print or import), its pinned inputs, and the requirements.
 image_key() {
   {
-    sha256sum "$IMAGES_DIR/tensorflow.sh" "$REQUIREMENTS" | cut -d' ' -f1
+    declare -f customize_hook build_image
+    sha256sum "$REQUIREMENTS" | cut -d' ' -f1
     echo "$TF_VERSION $SUITE $DEBIAN_PACKAGES $PIP_WHEEL_SHA256 $SOURCE_DATE_EPOCH"
   } | sha256sum | cut -c1-16
 }
@@ -151,6 +160,29 @@ build_image() {
   log "built $(manifest_digest "$dir") ($(du -sm "$dir/oci" | cut -f1) MiB compressed) in $((SECONDS - start)) s"
 }
 
+# The OCI archive ctr imports, named by the io.containerd.image.name
+# annotation (index.json only: the manifest and its digest are unchanged).
+write_archive() {
+  local dir="$1" ref
+  ref="tfjob-e2e.local/tensorflow:$(image_key)"
+  rm -rf "$dir/archive.tmp" && cp -a "$dir/oci" "$dir/archive.tmp"
+  python3 - "$dir/archive.tmp/index.json" "$ref" <<'PY'
+import json, sys
+path, ref = sys.argv[1], sys.argv[2]
+index = json.load(open(path))
+for manifest in index["manifests"]:
+    annotations = manifest.setdefault("annotations", {})
+    annotations["io.containerd.image.name"] = ref
+    annotations["org.opencontainers.image.ref.name"] = ref
+json.dump(index, open(path, "w"))
+PY
+  tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner \
+    -C "$dir/archive.tmp" -cf "$dir/image.tar.tmp" .
+  rm -rf "$dir/archive.tmp"
+  echo "$ref" >"$dir/ref"
+  mv "$dir/image.tar.tmp" "$dir/image.tar"
+}
+
 manifest_digest() {
   python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' "$1/oci/index.json"
 }
@@ -182,4 +214,5 @@ else
   fetch_wheels
   build_image
 fi
-echo "$(image_dir)/oci:$TF_VERSION"
+[[ -f "$(image_dir)/image.tar" ]] || write_archive "$(image_dir)"
+image_dir

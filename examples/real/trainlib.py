@@ -115,6 +115,23 @@ def build_model():
     )
 
 
+class SmallModel(tf.Module):
+    """The same two layers in plain TensorFlow variables, for
+    ParameterServerStrategy: Keras 3 does not support that strategy (its
+    model hangs creating variables on the parameter servers)."""
+
+    def __init__(self):
+        super().__init__()
+        init = tf.keras.initializers.GlorotUniform(seed=3)
+        self.w1 = tf.Variable(init((FEATURES, 16)), name="w1")
+        self.b1 = tf.Variable(tf.zeros((16,)), name="b1")
+        self.w2 = tf.Variable(init((16, 1)), name="w2")
+        self.b2 = tf.Variable(tf.zeros((1,)), name="b2")
+
+    def __call__(self, x):
+        return tf.matmul(tf.nn.relu(tf.matmul(x, self.w1) + self.b1), self.w2) + self.b2
+
+
 def sleep_between_steps(settings):
     if settings.step_sleep > 0:
         time.sleep(settings.step_sleep)
