@@ -20,8 +20,13 @@ its steps on the other workers and takes it back when it is re-created.
 import os
 import time
 
-import trainlib
-from trainlib import say, tf
+# More than one inter-op thread (trainlib sets one by default): with one, a
+# worker running the coordinator's step function waits on itself and the
+# Chief hangs in coordinator.join().
+os.environ.setdefault("TF_NUM_INTEROP_THREADS", "4")
+
+import trainlib  # noqa: E402
+from trainlib import say, tf  # noqa: E402
 
 LEARNING_RATE = 0.05
 
