@@ -129,7 +129,12 @@ def main():
     if task_type == "evaluator":
         evaluate(settings)
         return
-    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    # The training cluster, without the evaluator that Kubeflow's TF_CONFIG
+    # also lists: it runs no server, so nothing may wait for it.
+    training = {role: addresses for role, addresses in cluster.items() if role != "evaluator"}
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(training), task_type=task_type, task_id=task_index, rpc_layer="grpc"
+    )
     if task_type in ("ps", "worker"):
         serve(resolver, task_type, task_index)
     else:

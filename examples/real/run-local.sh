@@ -5,14 +5,16 @@
 # programs train, and what the operator's TF_CONFIG must say for them to.
 #
 #   examples/real/run-local.sh mwms    Chief + 2 Workers, MultiWorkerMirroredStrategy
-#   examples/real/run-local.sh ps      Chief (coordinator) + 2 PS + 2 Workers, ParameterServerStrategy
+#   examples/real/run-local.sh ps      Chief (coordinator) + 2 PS + 2 Workers + Evaluator,
+#                                      ParameterServerStrategy
 #
 # Settings pass through the environment (EPOCHS, STEPS_PER_EPOCH, ... see
 # trainlib.py). TensorFlow comes from a venv installed once, offline, from
 # the same pinned wheels as the image (e2e/images/tensorflow.sh downloads
 # them): $TFJOB_CACHE_DIR/venv-tensorflow-<key>; TFJOB_TF_VENV names another.
 # Each process' output is prefixed with its replica name; the exit code is the
-# Chief's (the PS and Workers of `ps` serve until they are stopped).
+# Chief's (the PS and Workers of `ps` serve until they are stopped; so does
+# its Evaluator after the last checkpoint, if it is slower than the Chief).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -20,7 +22,7 @@ cache="${TFJOB_CACHE_DIR:-$HOME/.cache/tfjob-operator}"
 example="${1:-}"
 case "$example" in
   mwms) roles=(chief:1 worker:2) ;;
-  ps) roles=(chief:1 ps:2 worker:2) ;;
+  ps) roles=(chief:1 ps:2 worker:2 evaluator:1) ;;
   *)
     echo "usage: $0 mwms|ps" >&2
     exit 2
