@@ -20,7 +20,8 @@
 # image.tar named tfjob-e2e.local/<name>:<key> (operator: the chart's default
 # name, tfjob-operator:<crate version>). --print-ref prints that name;
 # --import imports it into the running real node's containerd
-# (`ctr -n k8s.io images import`). The runtime never pulls: Pods use these
+# (`ctr -n k8s.io images import`) and records the name in
+# $TFJOB_CLUSTER_DIR/real-node/images.env (REAL_NODE_IMAGE_<NAME>=<ref>). The runtime never pulls: Pods use these
 # names with imagePullPolicy IfNotPresent or Never.
 set -euo pipefail
 export LOG_TAG=images
@@ -38,7 +39,6 @@ for arg in "$@"; do
   esac
 done
 IMAGES_DIR="$TFJOB_CACHE_DIR/images"
-SELF_HASH=$(sha256sum "$0" | cut -c1-16)
 # Image timestamps: fixed, so the same inputs give the same digest.
 CREATED=1970-01-01T00:00:00Z
 
@@ -54,7 +54,10 @@ deb_ids() {
   echo "$ids"
 }
 
-key_of() { { echo "$SELF_HASH $NAME"; cat; } | sha256sum | cut -c1-16; }
+# The key: the image's name, the recipe (the functions that assemble images:
+# editing how this script imports or prints does not rebuild anything) and
+# the inputs on stdin.
+key_of() { { echo "$NAME"; declare -f assemble busybox_tree build_debian; cat; } | sha256sum | cut -c1-16; }
 
 # umoci: an empty image, one layer from a directory, then its config.
 assemble() {
@@ -157,6 +160,11 @@ main() {
     [[ -S "$sock" ]] || die "no real node's containerd at $sock (e2e/cluster.sh up --real-node)"
     ctr --address "$sock" --namespace k8s.io images import --no-unpack=false "$dir/image.tar" >&2
     log "  imported $ref into the real node"
+    # Tests and examples find the name here (tests/real/support.rs `image`).
+    local envfile="$TFJOB_CLUSTER_DIR/real-node/images.env" var
+    var="REAL_NODE_IMAGE_$(tr '[:lower:]' '[:upper:]' <<<"$NAME")"
+    { grep -v "^export $var=" "$envfile" 2>/dev/null || true; echo "export $var=$ref"; } >"$envfile.tmp"
+    mv "$envfile.tmp" "$envfile"
   fi
   if ((PRINT_REF)); then echo "$ref"; fi
 }

@@ -377,12 +377,20 @@ cmd_up() {
   start_component containerd containerd --config "$R/containerd.toml"
   wait_for 60 containerd crictl_node info
   bash "$E2E_DIR/images/build.sh" sandbox --import >/dev/null
+  bash "$E2E_DIR/images/build.sh" busybox --import >/dev/null
 
   log "starting the API server relay on $NODE_IP:$APISERVER_RELAY_PORT and publishing it as the kubernetes Service's endpoint"
   start_component apiserver-relay socat -lf "$R/relay.log" \
     "TCP-LISTEN:$APISERVER_RELAY_PORT,bind=$NODE_IP,reuseaddr,fork" "TCP:127.0.0.1:$APISERVER_PORT"
   publish_apiserver
 
+  log "starting kubelet $REAL_NODE_KUBE_VERSION as node $NODE_NAME ($NODE_IP)"
+  start_component kubelet "$RBIN/kubelet" --config "$R/kubelet.yaml" \
+    --kubeconfig "$R/kubeconfigs/kubelet" --root-dir "$R/kubelet" --cert-dir "$R/kubelet/pki" \
+    --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" \
+    --node-labels "$NODE_LABEL=true"
+  # kube-proxy waits (30 s) for its Node to exist: the kubelet registers it first.
+  wait_for 120 kubelet kubectl_admin get node "$NODE_NAME"
   log "starting kube-proxy"
   cat >"$R/kube-proxy.yaml" <<YAML
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -421,13 +429,8 @@ YAML
 COREFILE
   start_component coredns "$RBIN/coredns" -conf "$R/Corefile"
   wait_for 60 coredns curl -fsS http://127.0.0.1:10255/ready
-
-  log "starting kubelet $REAL_NODE_KUBE_VERSION as node $NODE_NAME ($NODE_IP)"
-  start_component kubelet "$RBIN/kubelet" --config "$R/kubelet.yaml" \
-    --kubeconfig "$R/kubeconfigs/kubelet" --root-dir "$R/kubelet" --cert-dir "$R/kubelet/pki" \
-    --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" \
-    --node-labels "$NODE_LABEL=true"
   wait_for 120 kubelet node_ready
+
   bash "$E2E_DIR/real-node/network.sh" check >/dev/null
   cat >"$R/env" <<ENV
 # source this file: the real node started by e2e/real-node/node.sh
