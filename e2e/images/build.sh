@@ -136,7 +136,13 @@ main() {
       ;;
     *) die "unknown image '$NAME' (sandbox, busybox, curl, operator, tensorflow)" ;;
   esac
-  if [[ "$NAME" == operator ]]; then ref="docker.io/library/tfjob-operator:$version"; else ref="tfjob-e2e.local/$NAME:$key"; fi
+  if [[ "$NAME" == operator ]]; then
+    ref="docker.io/library/tfjob-operator:$version"
+  elif [[ "$NAME" == tensorflow ]]; then
+    ref=$(cat "$IMAGES_DIR/tensorflow-$key/ref") # the examples' fixed name
+  else
+    ref="tfjob-e2e.local/$NAME:$key"
+  fi
   dir="$IMAGES_DIR/$NAME-$key"
   if [[ ! -f "$dir/image.tar" ]]; then
     local start=$SECONDS work

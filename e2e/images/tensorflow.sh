@@ -15,7 +15,8 @@
 # the recipe and every input (the requirements, the Debian suite and package
 # list, SOURCE_DATE_EPOCH): oci/ (the layout), image.tar (that layout as an
 # OCI archive, which `ctr images import` takes with its layers still
-# compressed), ref (the name it imports as: tfjob-e2e.local/tensorflow:<key>),
+# compressed), ref (the name it imports as, fixed because the examples name
+# it: tfjob-e2e.local/tensorflow:2.20.0),
 # packages.txt and requirements.txt (what is inside). The wheels are cached
 # under images/wheels-<key of the requirements>/ (run-local.sh installs its
 # venv from the same wheels).
@@ -164,7 +165,7 @@ build_image() {
 # annotation (index.json only: the manifest and its digest are unchanged).
 write_archive() {
   local dir="$1" ref
-  ref="tfjob-e2e.local/tensorflow:$(image_key)"
+  ref="tfjob-e2e.local/tensorflow:$TF_VERSION"
   rm -rf "$dir/archive.tmp" && cp -a "$dir/oci" "$dir/archive.tmp"
   python3 - "$dir/archive.tmp/index.json" "$ref" <<'PY'
 import json, sys

@@ -19,3 +19,4 @@ mod support;
 
 mod chart;
 mod node;
+mod training;
