@@ -214,7 +214,7 @@ pub fn plan(obs: &Observed<'_>, cfg: &PlanConfig) -> Plan {
         p.bookkeeping = Some(books.clone());
     }
     for (rtype, rs) in p.status.replica_statuses.iter_mut() {
-        rs.restarts = books.restarts.get(rtype).copied().unwrap_or(0);
+        rs.restarts = books.shown_restarts(rtype);
         rs.succeeded_indexes = books.succeeded_indexes.get(rtype).cloned();
     }
     p.status.observed_generation = job.metadata.generation;
@@ -342,9 +342,11 @@ fn plan_into(
         };
         let new = tally.new_restarts;
         if past || (new > 0 && so_far + new > limit) {
-            // The failures of this pass are not restarted: not counted.
+            // The failures of this pass are not restarted: not counted
+            // (the in-place restarts seen are: they happened).
             *books = Bookkeeping {
                 stop_unfinished: true,
+                in_place_pods: std::mem::take(&mut books.in_place_pods),
                 ..Bookkeeping::of(job)
             };
             let msg =
@@ -699,9 +701,17 @@ impl Tally {
                 if matches!(phase(pod), "Running" | "Pending") {
                     t.abnormal.extend(abnormal(pod));
                 }
+                // Shown in `restarts` whatever the phase, and remembered:
+                // the count is lost with the Pod. (Under ExitCode the Pod's
+                // own policy is Never, so a re-created Pod adds nothing here.)
+                if restarts_in_place && let Some(uid) = pod.metadata.uid.as_deref() {
+                    books.see_in_place(rtype, uid, in_place_restarts(pod));
+                }
                 match phase(pod) {
                     "Running" => {
                         rs.active += 1;
+                        // The backoff limit counts running Pods' restarts
+                        // only, as Kubeflow's PastBackoffLimit does.
                         if restarts_in_place {
                             t.in_place_restarts += in_place_restarts(pod);
                         }
