@@ -133,7 +133,6 @@ build_image() {
   wheels=$(wheels_dir)
   work="$dir.tmp"
   rm -rf "$work" && mkdir -p "$work"
-  log "building the TensorFlow $TF_VERSION image into $dir (once: ~10 min on 2 cores)"
   local start=$SECONDS
   with_progress "making the Debian $SUITE rootfs with python3 and the wheels" "$work/mmdebstrap.log" \
     mmdebstrap --mode=root --variant=minbase --format=directory --include="$DEBIAN_PACKAGES" \
@@ -215,6 +214,7 @@ if [[ -f "$(image_dir)/oci/index.json" ]]; then
   log "cached: $(image_dir) ($(manifest_digest "$(image_dir)"))"
 else
   fetch_wheels
+  log "building the TensorFlow $TF_VERSION image into $(image_dir) (once: ~10 min on 2 cores)"
   build_image
 fi
 [[ -f "$(image_dir)/image.tar" ]] || write_archive "$(image_dir)"
