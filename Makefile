@@ -15,7 +15,7 @@ help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: lint unit docs-diagrams crd-check proto-schema-check e2e ## Everything CI runs: lint, unit tests, the docs' diagrams rendered, CRD and protobuf-table drift checks, e2e on a fresh local cluster
+test: lint unit docs-diagrams crd-check proto-schema-check e2e e2e-other-version ## Everything CI runs: lint, unit tests, the docs' diagrams rendered, CRD and protobuf-table drift checks, e2e on a fresh local cluster (Kubernetes 1.37), the core scenarios on 1.34
 
 .PHONY: lint
 lint: fmt-check clippy deny chart-lint rules-check docker-lint ## cargo fmt --check, clippy -D warnings, cargo deny, the Helm chart and its alert rules, the Dockerfile
@@ -98,7 +98,7 @@ test-faults: cluster-tools ## The fault suite in full on a fresh local cluster (
 	FAULTS_ONLY=1 FAULT_FULL=1 FAULT_SEED=$(FAULT_SEED) FAULT_ROUNDS=$(FAULT_ROUNDS) bash e2e/run-suite.sh
 
 .PHONY: test-ui
-test-ui: cluster-tools chromium ## The trace UI (--trace-ui) in headless Chromium (the running cluster, or a fresh one); screenshots in .cluster/trace-ui/
+test-ui: cluster-tools chromium ## The trace UI (--trace-ui) in headless Chromium, a box clicked open (the running cluster, or a fresh one); redraws docs/trace-ui.png, screenshots in .cluster/trace-ui/
 	bash e2e/test-ui.sh
 
 # Headless Chromium for the trace UI's browser test (tests/e2e/trace_ui.rs) and
@@ -216,9 +216,13 @@ docker-lint: $(HADOLINT_VENV)/.installed ## hadolint the Dockerfile (every rule,
 	@source hack/image/versions.env; grep -qx "ARG CARGO_AUDITABLE_VERSION=$$CARGO_AUDITABLE_VERSION" Dockerfile \
 	  || { echo "Dockerfile: ARG CARGO_AUDITABLE_VERSION differs from hack/image/versions.env ($$CARGO_AUDITABLE_VERSION)"; exit 1; }
 .PHONY: bench-e2e
-bench-e2e: cluster-tools ## Side by side with Kubeflow's training-operator and the raw limit (fresh cluster; BENCH_JOBS=50 for a quick run)
+bench-e2e: cluster-tools ## Side by side with Kubeflow's training-operator and the raw limit (fresh cluster; BENCH_JOBS=50 for a quick run; BENCH_RECORD=<name> keeps the results in benches/results/)
 	bash e2e/peers.sh
 	bash e2e/bench.sh
+
+.PHONY: results-tables
+results-tables: ## Regenerate the docs' benchmark tables from benches/results/ (cargo test --test docs checks them)
+	TFJOB_WRITE_RESULTS=1 cargo test --test docs results_
 
 .PHONY: bench-scale
 bench-scale: cluster-tools ## Curves: 50-2,000 jobs, 100-5,000 workers, 0-20,000 unrelated Pods vs the bare client; plots in docs/scale/ (docs/scale.md)
@@ -255,12 +259,13 @@ image-multiarch: image image-tools-arm64 ## amd64 + arm64 images joined in one i
 	bash hack/image/multiarch.sh
 	bash hack/image/test.sh --multiarch
 
-# umoci, skopeo, the cross gcc and qemu are Debian packages: installed here when
+# umoci, skopeo, jq (the image scripts read and write OCI JSON with it), the
+# cross gcc and qemu are Debian packages: installed here when
 # missing (as root, as on the project's machines and CI).
 .PHONY: image-tools
 image-tools:
-	@command -v umoci >/dev/null && command -v skopeo >/dev/null \
-	  || { apt-get update -qq && apt-get install -y -qq umoci skopeo; }
+	@command -v umoci >/dev/null && command -v skopeo >/dev/null && command -v jq >/dev/null \
+	  || { apt-get update -qq && apt-get install -y -qq umoci skopeo jq; }
 
 .PHONY: image-tools-arm64
 image-tools-arm64:

@@ -42,6 +42,29 @@ trap teardown EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 bash "$E2E_DIR/cluster.sh" down
 bash "$E2E_DIR/cluster.sh" up
+# Exits non-zero when a run is unusable (benches/e2e/verdict.rs): nothing is recorded then.
 target/bench/e2e-bench
+
+# BENCH_RECORD=<name>: keep the results, with where they came from, in
+# benches/results/<name>.json (benches/results/README.md).
+if [[ -n "${BENCH_RECORD:-}" ]]; then
+  [[ "$BENCH_RECORD" =~ ^[A-Za-z0-9._-]+$ ]] || die "BENCH_RECORD=$BENCH_RECORD: use letters, digits, '.', '_' and '-'"
+  commit=$(git rev-parse HEAD)
+  git diff --quiet HEAD || commit="$commit-dirty"
+  settings=$(env | grep -E '^BENCH_[A-Z_]+=' | grep -v '^BENCH_RECORD=' | grep -Ev '_(DIR|BIN)=' | sort | tr '\n' ' ')
+  json_str() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
+  out="benches/results/$BENCH_RECORD.json"
+  {
+    printf '{\n  "meta": {\n'
+    printf '    "commit": %s,\n' "$(json_str "$commit")"
+    printf '    "command": %s,\n' "$(json_str "${settings}make bench-e2e")"
+    printf '    "machine": %s,\n' "$(json_str "$(nproc) cores, $(uname -sr); load average $load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after")"
+    printf '    "date": %s\n  },\n  "results": ' "$(json_str "$(date -u +%Y-%m-%dT%H:%M:%SZ)")"
+    cat target/bench/e2e.json
+    printf '\n}\n'
+  } >"$out"
+  log "recorded $out"
+fi

@@ -42,9 +42,10 @@ source "$D/env"
 
 log "installing the TFJob CRD"
 "$BIN" crd | kubectl apply --server-side --force-conflicts -f - >/dev/null
-# (`kubectl wait` fails outright while the CRD has no conditions yet.)
+# (`kubectl wait` fails outright while the CRD has no conditions yet, and so
+# does the jsonpath filter: its complaint is not news, so it goes nowhere.)
 for _ in $(seq 300); do
-  [[ "$(kubectl get crd tfjobs.kubeflow.org -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')" == True ]] && break
+  [[ "$(kubectl get crd tfjobs.kubeflow.org -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" == True ]] && break
   sleep 0.2
 done
 

@@ -258,7 +258,7 @@ main() {
     echo "${TFJOB_KUEUE_BIN:-$(kueue_dir)/bin/kueue}"
     return 0
   fi
-  command -v go >/dev/null || die "go is needed to build the control plane (see README, 'Local cluster')"
+  command -v go >/dev/null || die "go is needed to build the control plane (see docs/development.md, 'The local cluster')"
   command -v cargo >/dev/null || die "cargo is needed to fetch etcd"
   mkdir -p "$TOOLS_DIR"
   # Two `make` runs at once (two worktrees) must not build into the same place.

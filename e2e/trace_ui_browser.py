@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
 """Open a page in headless Chromium, wait until a JavaScript expression is
-true, then print the page's DOM and save a screenshot.
+true, then print the page's DOM and save a screenshot; then, if asked,
+click a link and print where it led.
 
-    trace_ui_browser.py URL UNTIL_JS TIMEOUT_SECONDS SCREENSHOT.png
+    trace_ui_browser.py URL UNTIL_JS TIMEOUT_SECONDS SCREENSHOT.png [CLICK_ID]
+
+With CLICK_ID, after the DOM the script clicks the element with that id
+(a real click, dispatched by the browser at the element's centre) and
+prints a line `---- clicked: <url> <HTTP status>` followed by the text of
+the page it led to.
 
 Used by tests/e2e/trace_ui.rs for the trace UI, whose page holds a
 server-sent-events stream open: `chromium --dump-dom` dumps at the load
@@ -100,10 +106,37 @@ class Browser:
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
+def clicked(browser, session, evaluate, element_id):
+    """Clicks the element as a user would (mouse events at its centre) and
+    prints where the browser went: its URL, the HTTP status, the text."""
+    box = evaluate(
+        f"(() => {{ const r = document.getElementById({json.dumps(element_id)}).getBoundingClientRect();"
+        " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+    )
+    before = evaluate("location.href")
+    for kind in ("mousePressed", "mouseReleased"):
+        browser.send(
+            "Input.dispatchMouseEvent",
+            {"type": kind, "x": box[0], "y": box[1], "button": "left", "clickCount": 1},
+            session,
+        )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if evaluate("location.href") != before and evaluate("document.readyState") == "complete":
+            break
+        time.sleep(0.2)
+    status = evaluate(
+        "(performance.getEntriesByType('navigation')[0] || {}).responseStatus || 0"
+    )
+    print(f"---- clicked: {evaluate('location.href')} {status}")
+    print(evaluate("document.body ? document.body.innerText : ''") or "")
+
+
 def main():
-    if len(sys.argv) != 5:
+    if len(sys.argv) not in (5, 6):
         sys.exit(__doc__)
     url, until, timeout, screenshot = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+    click = sys.argv[5] if len(sys.argv) == 6 else None
     binary = os.environ.get("CHROMIUM") or shutil.which("chromium")
     if not binary:
         print("chromium not found: `make test-ui` installs it (apt-get install chromium)", file=sys.stderr)
@@ -136,6 +169,8 @@ def main():
         if not done:
             print(f"timed out after {timeout:.0f} s waiting for: {until}", file=sys.stderr)
             sys.exit(1)
+        if click:
+            clicked(browser, session, evaluate, click)
     finally:
         browser.close()
 

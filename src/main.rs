@@ -21,7 +21,7 @@ use tfjob_operator::observability::trace_ui::TraceUi;
 use tfjob_operator::runtime::cache::factory::InformerFactory;
 use tfjob_operator::runtime::client::fence::{WriteFence, WriteFenceLayer};
 use tfjob_operator::runtime::client::metrics::RestClientMetricsLayer;
-use tfjob_operator::runtime::client::rate_limit::RateLimitLayer;
+use tfjob_operator::runtime::client::rate_limit::ClientRateLimits;
 use tfjob_operator::runtime::client::span_status::SpanStatusLayer;
 use tfjob_operator::runtime::client::timeout::RequestTimeoutLayer;
 use tfjob_operator::runtime::manager::leader_election::LeaderElectionConfig;
@@ -183,21 +183,32 @@ async fn run(
     } else {
         WriteFence::open()
     };
+    // One client per role, each with its own token bucket when
+    // --kube-api-qps is set (client-go's meaning), all under the optional
+    // total (runtime::client::rate_limit).
+    let limits = ClientRateLimits::new(
+        args.kube_api_qps,
+        args.kube_api_burst,
+        args.kube_api_qps_total,
+        args.kube_api_burst_total,
+    );
     // Metrics outermost, so a request cut by its deadline or refused by the
     // fence is counted too.
     // HTTP/2 with client-go's 30 s + 15 s ping health check (runtime::client::connect).
-    let builder = tfjob_operator::runtime::client::connect::client_builder(config)?
-        .with_layer(&WriteFenceLayer::new(fence.clone()))
-        .with_layer(&timeout)
-        .with_layer(&rest_metrics)
-        .with_layer(&SpanStatusLayer);
-    let client = if args.kube_api_qps > 0.0 {
-        builder
-            .with_layer(&RateLimitLayer::new(args.kube_api_qps, args.kube_api_burst))
-            .build()
-    } else {
-        builder.build()
+    let api_client = || -> anyhow::Result<kube::Client> {
+        Ok(
+            tfjob_operator::runtime::client::connect::client_builder(config.clone())?
+                .with_layer(&WriteFenceLayer::new(fence.clone()))
+                .with_layer(&timeout)
+                .with_layer(&rest_metrics)
+                .with_layer(&SpanStatusLayer)
+                .with_layer(&limits.for_client())
+                .build(),
+        )
     };
+    let client = api_client()?;
+    let children_client = api_client()?;
+    let events_client = api_client()?;
     check_crd_installed(&client, args.namespace.as_deref()).await?;
 
     let leader_election = args.leader_elect.then(|| {
@@ -278,7 +289,13 @@ async fn run(
             .then(|| Duration::from_secs(args.force_delete_stuck_pods_after_seconds)),
         gang: gang.setting,
     };
-    setup(&mut manager, InformerFactory::new(client), &options)?;
+    manager.set_event_client(events_client);
+    setup(
+        &mut manager,
+        InformerFactory::new(client),
+        &options,
+        children_client,
+    )?;
     if let Some(server) = trace_ui {
         // Serves until the manager shuts down (which cancels this token at
         // the latest when `run` returns).
@@ -368,7 +385,7 @@ mod tests {
         let subscriber =
             log_subscriber(&args, ui.as_ref(), None, false, move || sink.clone()).unwrap();
         let enabled = tracing::subscriber::with_default(subscriber, || {
-            tracing::debug!(target: "pipeline", stage = "4 handler", key = "ns/job", "key added to the workqueue");
+            tracing::debug!(target: "pipeline", stage = "5 handler", key = "ns/job", "key added to the workqueue");
             tracing::enabled!(target: "pipeline", tracing::Level::DEBUG)
         });
         let received = std::iter::from_fn(|| viewer.as_mut()?.try_recv().ok())
@@ -404,7 +421,7 @@ mod tests {
         ] {
             let (_, printed, received) = one_pipeline_event(flags);
             assert!(
-                printed.contains("pipeline: key added to the workqueue stage=\"4 handler\""),
+                printed.contains("pipeline: key added to the workqueue stage=\"5 handler\""),
                 "{flags:?}: {printed}"
             );
             assert_eq!(received.len(), flags.len() - 1, "{flags:?}");

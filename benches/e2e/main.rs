@@ -36,7 +36,11 @@
 //! started, readied, stopped), [`raw_peer`] (the raw limit), [`cluster`]
 //! (resets between runs, unrelated Pods), [`run`] (one run, timed phase by
 //! phase), [`observed`] (what the watches see), [`audit`] and [`apf`] (the
-//! peer's requests and the cap on them), [`report`] (the table and the JSON).
+//! peer's requests and the cap on them), [`report`] (the table and the JSON),
+//! [`verdict`] (what makes a run's numbers unusable: the bench then exits
+//! non-zero, after writing everything it measured).
+//!
+//! `e2e check FILE` applies the same verdict to a results file written earlier.
 #![forbid(unsafe_code)]
 
 mod apf;
@@ -48,6 +52,7 @@ mod raw_peer;
 mod report;
 mod run;
 mod settings;
+mod verdict;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -83,6 +88,13 @@ fn main() -> anyhow::Result<()> {
     if let Some(i) = args.iter().position(|a| a == "raw-peer") {
         let plan = args.get(i + 1).context("usage: e2e raw-peer <plan.json>")?;
         return runtime.block_on(raw_peer(Path::new(plan)));
+    }
+    if let Some(i) = args.iter().position(|a| a == "check") {
+        let file = args.get(i + 1).context("usage: e2e check <e2e.json>")?;
+        let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
+        let doc: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{file} is not JSON"))?;
+        return fail_on(&verdict::check_document(&doc), file);
     }
     runtime.block_on(bench())
 }
@@ -152,7 +164,24 @@ async fn bench() -> anyhow::Result<()> {
         s.out.display(),
         started.elapsed().as_secs_f64()
     );
-    Ok(())
+    let doc = serde_json::json!({ "runs": serde_json::to_value(&results)? });
+    fail_on(&verdict::check_document(&doc), &s.out.display().to_string())
+}
+
+/// Ok when there is nothing wrong; otherwise prints every problem and fails,
+/// so `make bench-e2e` exits non-zero.
+fn fail_on(problems: &[String], file: &str) -> anyhow::Result<()> {
+    if problems.is_empty() {
+        eprintln!("every run is usable ({file})");
+        return Ok(());
+    }
+    for p in problems {
+        eprintln!("unusable: {p}");
+    }
+    anyhow::bail!(
+        "{} problem(s) in the runs (see above; the numbers are in {file})",
+        problems.len()
+    )
 }
 
 /// A peer that runs at another's measured request rate, as an `Ours` peer

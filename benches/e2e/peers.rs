@@ -164,6 +164,8 @@ pub(crate) fn peers(s: &Settings) -> Vec<Peer> {
 pub(crate) struct PeerProcess {
     pub(crate) child: Child,
     pub(crate) log: PathBuf,
+    /// Where our operator serves `/metrics` (plain HTTP); other peers: none.
+    pub(crate) metrics_port: Option<u16>,
 }
 
 impl PeerProcess {
@@ -177,6 +179,7 @@ impl PeerProcess {
         Ok(Self {
             child,
             log: log.to_owned(),
+            metrics_port: None,
         })
     }
     pub(crate) fn pid(&self) -> u32 {
@@ -191,6 +194,13 @@ impl PeerProcess {
             );
         }
         Ok(())
+    }
+    /// The sum of every series of counter `name` on our operator's
+    /// `/metrics` (0 when it has none yet); None when there is no endpoint
+    /// or it did not answer.
+    pub(crate) fn counter(&self, name: &str) -> Option<u64> {
+        let text = http_get(self.metrics_port?, "/metrics")?;
+        Some(sum_series(&text, name) as u64)
     }
     pub(crate) fn log_contains(&self, needle: &str) -> bool {
         std::fs::read_to_string(&self.log).is_ok_and(|s| s.contains(needle))
@@ -240,6 +250,31 @@ pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
+}
+
+/// The body of `GET http://127.0.0.1:{port}{path}` when it answers 200.
+pub(crate) fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    (head.split_whitespace().nth(1) == Some("200")).then(|| body.to_owned())
+}
+
+/// Sum of the samples of `name` in Prometheus text (every label set).
+pub(crate) fn sum_series(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let metric = series.split_once('{').map_or(series, |(m, _)| m);
+            (metric == name)
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
 }
 
 /// True when `GET http://127.0.0.1:{port}{path}` answers 200.
@@ -398,6 +433,7 @@ pub(crate) async fn start_peer(
                 .arg(format!("--kube-api-qps={qps}"))
                 .arg(format!("--kube-api-burst={burst}"));
             let mut p = PeerProcess::spawn(cmd, &log, false)?;
+            p.metrics_port = Some(metrics);
             let started = Instant::now();
             loop {
                 p.check_alive()?;

@@ -53,6 +53,11 @@ pub(crate) struct RunResult {
     pub(crate) duplicate_service_creates: u64,
     pub(crate) pods_created: u64,
     pub(crate) services_created: u64,
+    /// Our operator's `tfjob_operator_events_dropped_total` and
+    /// `tfjob_operator_events_write_failures_total` at the end of the run
+    /// (read before it stops); None for the other peers.
+    pub(crate) events_dropped: Option<u64>,
+    pub(crate) event_write_failures: Option<u64>,
 }
 
 pub(crate) async fn run_one(
@@ -103,6 +108,8 @@ pub(crate) async fn run_one(
         let measured = measure(s, admin, peer, workload, &mut p, &state, r).await;
         r.cpu_s = p.cpu_seconds();
         r.peak_rss_mb = p.peak_rss_mb();
+        r.events_dropped = p.counter("tfjob_operator_events_dropped_total");
+        r.event_write_failures = p.counter("tfjob_operator_events_write_failures_total");
         tokio::task::spawn_blocking(move || p.stop()).await?;
         // Long-running requests (watches) are logged when they end: after the stop.
         tokio::time::sleep(Duration::from_secs(2)).await;

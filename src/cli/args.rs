@@ -3,7 +3,8 @@
 //!
 //! Each flag of `run` can also be set by the environment variable shown; the
 //! names are controller-runtime's and kube-controller-manager's where they
-//! have one. The flags are listed for operators in the README's "Configuration".
+//! have one. The flags are listed for operators in `docs/operating.md` ("Flags";
+//! `cargo test --test docs` fails when one has no row there).
 use clap::{Parser, Subcommand, ValueEnum};
 
 use super::flags::{BindAddress, GoDuration};
@@ -120,13 +121,24 @@ pub struct RunArgs {
     /// served; on gangs every job (and refuses to start without the API); off never.
     #[arg(long, env = "TFJOB_GANG_SCHEDULING", value_enum, default_value_t = GangMode::Auto)]
     pub gang_scheduling: GangMode,
-    /// Client-side API rate limit in requests per second (0: off, rely on the
-    /// API server's priority and fairness, as controller-runtime does).
+    /// Client-side API rate limit in requests per second for each of the
+    /// operator's three API clients, as client-go limits each REST client:
+    /// the manager's (lists, watches, status writes, leader election), Pod
+    /// and Service control (creates, deletes, adoption patches) and the
+    /// event recorder. 0: off, rely on the API server's priority and
+    /// fairness, as controller-runtime does.
     #[arg(long, env = "KUBE_API_QPS", default_value_t = 0.0)]
     pub kube_api_qps: f64,
-    /// Burst above `--kube-api-qps`.
+    /// Burst above `--kube-api-qps`, for each client.
     #[arg(long, env = "KUBE_API_BURST", default_value_t = 30)]
     pub kube_api_burst: u32,
+    /// One more limit, in requests per second, shared by all three clients:
+    /// a cap on the whole process (0: none).
+    #[arg(long, env = "KUBE_API_QPS_TOTAL", default_value_t = 0.0)]
+    pub kube_api_qps_total: f64,
+    /// Burst above `--kube-api-qps-total`.
+    #[arg(long, env = "KUBE_API_BURST_TOTAL", default_value_t = 30)]
+    pub kube_api_burst_total: u32,
     /// Force-delete a replica's Pod that was disrupted (e.g. evicted from a
     /// node that stopped responding) and is still terminating this many
     /// seconds after its grace period ended, so the job can replace it

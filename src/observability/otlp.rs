@@ -236,7 +236,7 @@ impl<C: HttpClient + 'static> HttpClient for OnRuntime<C> {
                 // Outside any span, so it is not exported itself.
                 let (cause, tls) = failure(error.as_ref());
                 if tls {
-                    // One literal: docs/tracing.md quotes it (tests/docs.rs).
+                    // One literal: docs/tracing.md quotes it (tests/docs/excerpts.rs).
                     tracing::warn!(
                         error = cause,
                         "failed to send traces: the OTLP collector's TLS certificate was not accepted; give its CA with --otlp-certificate / OTEL_EXPORTER_OTLP_CERTIFICATE"

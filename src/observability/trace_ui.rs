@@ -18,8 +18,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use axum::extract::State;
-use axum::http::header;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use futures::{Stream, StreamExt};
@@ -34,6 +34,53 @@ use tracing_subscriber::layer::Context;
 
 /// The page: plain HTML, CSS and JavaScript, no framework, in the binary.
 const PAGE: &str = include_str!("trace_ui/index.html");
+
+/// The tutorial's chapters the page's boxes link to, in the binary too: a
+/// click must work wherever the operator runs, and the server has no
+/// repository to read them from. Served as their Markdown text; a test
+/// checks every chapter the page names is here.
+const CHAPTERS: [(&str, &str); 8] = [
+    (
+        "01-reflector.md",
+        include_str!("../../docs/01-reflector.md"),
+    ),
+    (
+        "02-delta-fifo.md",
+        include_str!("../../docs/02-delta-fifo.md"),
+    ),
+    ("03-informer.md", include_str!("../../docs/03-informer.md")),
+    (
+        "05-event-handlers.md",
+        include_str!("../../docs/05-event-handlers.md"),
+    ),
+    (
+        "06-workqueue.md",
+        include_str!("../../docs/06-workqueue.md"),
+    ),
+    ("07-workers.md", include_str!("../../docs/07-workers.md")),
+    (
+        "08-reconcile.md",
+        include_str!("../../docs/08-reconcile.md"),
+    ),
+    (
+        "11-client-cache-recorder.md",
+        include_str!("../../docs/11-client-cache-recorder.md"),
+    ),
+];
+
+/// The page's version: a fingerprint (64-bit FNV-1a) of its HTML.
+/// `docs/trace-ui.png` records the one it shows, so the docs' drift guard
+/// can tell a picture of an older page.
+pub fn page_fingerprint() -> String {
+    format!("fnv1a64:{:016x}", fnv1a64(PAGE.as_bytes()))
+}
+
+/// 64-bit FNV-1a: small, stable across Rust versions (std's hasher is not).
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
 
 /// The trace target the pipeline's stages log under.
 pub const TARGET: &str = "pipeline";
@@ -169,6 +216,23 @@ pub async fn page() -> Response {
     ([(header::CACHE_CONTROL, "no-store")], Html(PAGE)).into_response()
 }
 
+/// `GET /docs/{chapter}`: a chapter the page links to, as Markdown text.
+pub async fn chapter(Path(name): Path<String>) -> Response {
+    match CHAPTERS.iter().find(|(file, _)| *file == name) {
+        Some((_, text)) => {
+            ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], *text).into_response()
+        }
+        None => {
+            let served: Vec<&str> = CHAPTERS.iter().map(|(file, _)| *file).collect();
+            let message = format!(
+                "no chapter {name} here: this page serves {}; every chapter is in the repository's docs/",
+                served.join(", ")
+            );
+            (StatusCode::NOT_FOUND, message).into_response()
+        }
+    }
+}
+
 /// `GET /events`: this viewer's server-sent events, until shutdown.
 pub async fn events(State(ui): State<TraceUi>) -> Response {
     let stream = viewer_stream(ui.subscribe(), ui.inner.shutdown.clone());
@@ -249,6 +313,40 @@ mod tests {
         queued(10);
         let again = format!("{:?}", viewer.next().await.unwrap());
         assert!(again.contains(r"event: dropped\ndata: 94\n"), "{again}");
+    }
+
+    #[test]
+    fn every_chapter_the_page_links_to_is_served() {
+        // The page names each box's chapter as a string: "NN-name.md".
+        let named: Vec<&str> = PAGE
+            .split('"')
+            .filter(|s| s.ends_with(".md") && s.as_bytes().first().is_some_and(u8::is_ascii_digit))
+            .collect();
+        assert_eq!(named.len(), CHAPTERS.len(), "{named:?}");
+        for file in named {
+            let (_, text) = CHAPTERS
+                .iter()
+                .find(|(served, _)| *served == file)
+                .unwrap_or_else(|| panic!("the page links to {file}, which is not served"));
+            let number = file.split('-').next().unwrap().trim_start_matches('0');
+            assert!(
+                text.starts_with(&format!("# {number}. ")),
+                "{file} is served as another chapter: {}",
+                text.lines().next().unwrap_or_default()
+            );
+        }
+    }
+
+    #[test]
+    fn the_fingerprint_is_the_pages_and_changes_with_it() {
+        // FNV-1a's published test vectors.
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(
+            page_fingerprint(),
+            format!("fnv1a64:{:016x}", fnv1a64(PAGE.as_bytes()))
+        );
+        assert_ne!(fnv1a64(PAGE.as_bytes()), fnv1a64(&PAGE.as_bytes()[1..]));
     }
 
     #[test]

@@ -103,10 +103,12 @@ pub fn informers(
 /// Builds the reconciler and registers the expectation observers. The
 /// observers go on the informers *before* the controller's enqueueing
 /// handlers, so an observation is counted before its job is reconciled.
+/// `children` writes the jobs' Pods and Services ([`TfJobReconciler::children`]).
 pub fn reconciler(
     manager: &mut Manager,
     informers: &Informers,
     options: &Options,
+    children: kube::Client,
 ) -> TfJobReconciler {
     let expectations = Expectations::new();
     informers
@@ -121,6 +123,7 @@ pub fn reconciler(
         )));
     TfJobReconciler {
         client: manager.client(),
+        children,
         jobs: informers.jobs.indexer(),
         pods: informers.pods.indexer(),
         services: informers.services.indexer(),
@@ -142,14 +145,17 @@ pub fn reconciler(
 
 /// Creates the informers and the controller and registers them with the
 /// manager: the factory as its cache (started and synced first), the
-/// controller as a leader-only runnable.
+/// controller as a leader-only runnable. `children` is the client of Pod
+/// and Service control (the manager's own, or one with a rate limit of its own).
 pub fn setup(
     manager: &mut Manager,
     factory: InformerFactory,
     options: &Options,
+    children: kube::Client,
 ) -> Result<(), SetupError> {
     let informers = informers(&factory, options.namespace.as_deref(), options.gang)?;
-    let reconciler = reconciler(manager, &informers, options);
+    let reconciler = reconciler(manager, &informers, options, children);
+    super::undecodable::report_on_the_object(&informers.jobs, manager.event_recorder(COMPONENT));
     let mut builder = Controller::builder("tfjob")
         .for_informer(&informers.jobs)
         .owns(&informers.pods)

@@ -25,3 +25,4 @@ pub mod reconcile;
 pub mod schema;
 pub mod status_batch;
 pub mod tf_config;
+pub mod undecodable;

@@ -21,12 +21,12 @@
 //!   (Kubeflow deletes every Pod, losing the logs of finished ones);
 //! - a bad spec is a `Failed` condition and a Warning event, not a retry loop.
 //!
-//! **Length:** about 750 lines of code, kept in one file on purpose: the
+//! **Length:** about 650 lines of code, kept in one file on purpose: the
 //! rules feed each other within one pass (a restart changes the tally, the
 //! tally the conditions, the conditions what cleanup stops), and `plan_into`
-//! applies them in one order a reader follows top to bottom. Its tests are
-//! apart, in `plan_tests.rs` and `plan_tests/`. If it grows, the seam is the
-//! per-replica count (`Tally` and `update_conditions`).
+//! applies them in one order a reader follows top to bottom. The per-replica
+//! count they start from is in `plan/tally.rs`; the tests are apart, in
+//! `plan_tests.rs` and `plan_tests/`.
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -39,15 +39,12 @@ use super::cached::{CachedPod, CachedService};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::constants::ReplicaType;
-use crate::api::constants::{DEFAULT_CONTAINER_NAME, condition, event, reason};
+use crate::api::constants::{condition, event, reason};
 use crate::api::defaults::{JobSpec, is_managed_here, normalize};
-use crate::api::types::{
-    CleanPodPolicy, ReplicaStatus, RestartPolicy, SuccessPolicy, TFJob, TFJobStatus,
-};
+use crate::api::types::{CleanPodPolicy, SuccessPolicy, TFJob, TFJobStatus};
 
 use crate::api::pod_group::PodGroup;
 
-use super::abnormal::{Abnormal, abnormal};
 use super::bookkeeping::Bookkeeping;
 use super::children::{ChildContext, owner_reference, replica_of};
 use super::conditions::{self, is_finished, is_true};
@@ -55,6 +52,9 @@ use super::gang::{self, GangScheduling, Step, Unplaced};
 use super::index_set;
 use super::schema::StatusSchema;
 use super::tf_config::replica_name;
+
+mod tally;
+use tally::{Tally, disrupted, phase, terminating};
 
 /// Exit codes at or above this mean the process was killed by a signal
 /// (137 = SIGKILL, 143 = SIGTERM): retryable under `ExitCode`.
@@ -536,55 +536,6 @@ impl<'a> Children<'a> {
     }
 }
 
-fn terminating(pod: &CachedPod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
-}
-
-fn phase(pod: &CachedPod) -> &str {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("Pending")
-}
-
-/// The `tensorflow` container's exit code, or Kubeflow's 0xbeef when it has
-/// not terminated (which counts as retryable).
-fn exit_code(pod: &CachedPod) -> i32 {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.name == DEFAULT_CONTAINER_NAME))
-        .and_then(|c| c.state.as_ref()?.terminated.as_ref())
-        .map_or(0xbeef, |t| t.exit_code)
-}
-
-/// In-place restarts the kubelet did (OnFailure / Always).
-fn in_place_restarts(pod: &CachedPod) -> i32 {
-    let status = pod.status.as_ref();
-    let count = |cs: Option<&Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
-        cs.into_iter()
-            .flatten()
-            .map(|c| c.restart_count)
-            .sum::<i32>()
-    };
-    count(status.and_then(|s| s.container_statuses.as_ref()))
-        + count(status.and_then(|s| s.init_container_statuses.as_ref()))
-}
-
-/// Evicted or disrupted (preemption, node drain, lost node): the Pod failed
-/// through no fault of its own, so it is replaced without counting a failure.
-fn disrupted(pod: &CachedPod) -> bool {
-    let Some(status) = pod.status.as_ref() else {
-        return false;
-    };
-    status.reason.as_deref() == Some("Evicted")
-        || status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "DisruptionTarget" && c.status == "True")
-}
-
 /// When a Pod on a lost node may be force-deleted: it was disrupted (the
 /// taint manager evicts Pods from a node that stopped responding, adding
 /// `DisruptionTarget`), and it is still there `wait` after its grace period
@@ -624,152 +575,6 @@ fn delete_pod(pod: &CachedPod) -> Action {
         name: pod.metadata.name.clone().unwrap_or_default(),
         uid: pod.metadata.uid.clone(),
         force: false,
-    }
-}
-
-/// A failed Pod that will be deleted and re-created.
-struct Retry {
-    rtype: ReplicaType,
-    pod: String,
-    uid: Option<String>,
-    exit_code: i32,
-    evicted: bool,
-}
-
-/// What the Pods say, per replica type.
-struct Tally {
-    statuses: BTreeMap<String, ReplicaStatus>,
-    retries: Vec<Retry>,
-    missing_pods: Vec<(ReplicaType, i32)>,
-    /// Restarts counted by this pass (failures not counted before).
-    new_restarts: i32,
-    /// The kubelet's restarts of running Pods whose policy restarts.
-    in_place_restarts: i32,
-    /// Slots (not succeeded) whose Pod is not running: a restart is still
-    /// in progress while there are any.
-    slots_not_running: usize,
-    worker0_succeeded: bool,
-    /// Types with failures that are not restarted, with their counts.
-    failed: Vec<(ReplicaType, i32)>,
-    /// Non-retryable exits: `(pod, exit code)`, for `ExitedWithCode`.
-    exits: Vec<(String, i32)>,
-    /// Why live Pods are stuck ([`super::abnormal`]).
-    abnormal: Vec<Abnormal>,
-}
-
-impl Tally {
-    /// Counts the Pods; new restarts are counted into `books` by the failed
-    /// Pod's UID, so a pass that runs twice counts each restart once.
-    fn count(spec: &JobSpec, children: &Children<'_>, books: &mut Bookkeeping) -> Self {
-        let mut t = Tally {
-            statuses: BTreeMap::new(),
-            retries: Vec::new(),
-            missing_pods: Vec::new(),
-            new_restarts: 0,
-            in_place_restarts: 0,
-            slots_not_running: 0,
-            worker0_succeeded: false,
-            failed: Vec::new(),
-            exits: Vec::new(),
-            abnormal: Vec::new(),
-        };
-        for (&rtype, replica) in &spec.replicas {
-            let mut succeeded_set = books.succeeded(rtype.as_str());
-            let mut rs = ReplicaStatus::default();
-            let restarts_in_place = !matches!(replica.restart_policy, RestartPolicy::Never);
-            for index in 0..replica.replicas {
-                let pods = children
-                    .pods
-                    .get(&(rtype, index))
-                    .map(Vec::as_slice)
-                    .unwrap_or(&[]);
-                let live: Vec<&CachedPod> =
-                    pods.iter().copied().filter(|p| !terminating(p)).collect();
-                let Some(pod) = live.first() else {
-                    // A terminating Pod still holds its slot; a succeeded
-                    // index stays succeeded; otherwise the slot is empty.
-                    if succeeded_set.contains(&index) {
-                        rs.succeeded += 1;
-                    } else {
-                        t.slots_not_running += 1;
-                        if pods.is_empty() {
-                            t.missing_pods.push((rtype, index));
-                        }
-                    }
-                    continue;
-                };
-                if matches!(phase(pod), "Running" | "Pending") {
-                    t.abnormal.extend(abnormal(pod));
-                }
-                // Shown in `restarts` whatever the phase, and remembered:
-                // the count is lost with the Pod. (Under ExitCode the Pod's
-                // own policy is Never, so a re-created Pod adds nothing here.)
-                if restarts_in_place && let Some(uid) = pod.metadata.uid.as_deref() {
-                    books.see_in_place(rtype, uid, in_place_restarts(pod));
-                }
-                match phase(pod) {
-                    "Running" => {
-                        rs.active += 1;
-                        // The backoff limit counts running Pods' restarts
-                        // only, as Kubeflow's PastBackoffLimit does.
-                        if restarts_in_place {
-                            t.in_place_restarts += in_place_restarts(pod);
-                        }
-                    }
-                    "Succeeded" => {
-                        rs.succeeded += 1;
-                        succeeded_set.insert(index);
-                    }
-                    "Failed" => {
-                        t.slots_not_running += 1;
-                        let code = exit_code(pod);
-                        let evicted = disrupted(pod);
-                        let retryable = evicted
-                            || match replica.restart_policy {
-                                RestartPolicy::Always | RestartPolicy::OnFailure => true,
-                                RestartPolicy::ExitCode => code >= FIRST_RETRYABLE_EXIT_CODE,
-                                RestartPolicy::Never | RestartPolicy::Invalid => false,
-                            };
-                        let pod_name = pod.metadata.name.clone().unwrap_or_default();
-                        if !retryable {
-                            rs.failed += 1;
-                            t.exits.push((pod_name, code));
-                            continue;
-                        }
-                        if !evicted {
-                            // Kubeflow counts a restarting Pod as failed.
-                            rs.failed += 1;
-                            let uid = pod.metadata.uid.as_deref().unwrap_or(&pod_name);
-                            if books.count_restart(rtype, uid) {
-                                t.new_restarts += 1;
-                            }
-                        }
-                        t.retries.push(Retry {
-                            rtype,
-                            pod: pod_name,
-                            uid: pod.metadata.uid.clone(),
-                            exit_code: code,
-                            evicted,
-                        });
-                    }
-                    _ => t.slots_not_running += 1,
-                }
-            }
-            if rtype == ReplicaType::Worker && succeeded_set.contains(&0) {
-                t.worker0_succeeded = true;
-            }
-            let permanent = rs.failed
-                - t.retries
-                    .iter()
-                    .filter(|r| r.rtype == rtype && !r.evicted)
-                    .count() as i32;
-            if permanent > 0 {
-                t.failed.push((rtype, permanent));
-            }
-            books.set_succeeded(rtype.as_str(), &succeeded_set);
-            t.statuses.insert(rtype.as_str().to_owned(), rs);
-        }
-        t
     }
 }
 

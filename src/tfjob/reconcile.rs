@@ -119,7 +119,13 @@ fn is_conflict(err: &kube::Error) -> bool {
 /// Everything a reconcile reads and writes through.
 #[derive(Clone)]
 pub struct TfJobReconciler {
+    /// The manager's client: reads, status writes, the job's own updates.
     pub client: Client,
+    /// Pod and Service control: creates, deletes, adoption patches of the
+    /// job's Pods and Services. A client of its own, so with
+    /// `--kube-api-qps` it has its own token bucket, as client-go gives
+    /// Kubeflow's PodControl and ServiceControl their own clientset.
+    pub children: Client,
     pub jobs: Indexer<TFJob>,
     pub pods: Indexer<CachedPod>,
     pub services: Indexer<CachedService>,
@@ -182,7 +188,7 @@ impl TfJobReconciler {
         }
         tracing::debug!(
             target: "pipeline",
-            stage = "6 reconcile",
+            stage = "8 reconcile",
             key = %key,
             pods = pods.len(),
             services = services.len(),

@@ -7,10 +7,16 @@
 //! on a pipe: `--dump-dom` alone would dump the page at its load event,
 //! before any event arrived). It needs `chromium` (Debian's package; `make
 //! test-ui` installs it when missing, `CHROMIUM` names another binary). The
-//! screenshot lands in `$TFJOB_CLUSTER_DIR/trace-ui/`.
+//! screenshot lands in `$TFJOB_CLUSTER_DIR/trace-ui/`; with
+//! `TFJOB_TRACE_UI_PICTURE=path` (`make test-ui` sets `docs/trace-ui.png`)
+//! it is also written there, marked with the page's fingerprint so the
+//! docs' drift guard can tell a picture of an older page. Then the browser
+//! clicks the Reflector box, and its chapter must open.
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+
+use tfjob_operator::observability::trace_ui::page_fingerprint;
 
 use crate::examples::apply_example;
 use crate::operator::{Operator, ensure_crd};
@@ -45,6 +51,51 @@ fn attribute(html: &str, tag_start: &str, attribute: &str) -> Option<String> {
 fn text_of(html: &str, id: &str) -> Option<String> {
     let after = html.split(&format!("id=\"{id}\"")).nth(1)?;
     Some(after.split_once('>')?.1.split('<').next()?.to_owned())
+}
+
+/// The PNG keyword under which a picture records what it shows.
+const DRAWN_FROM: &str = "tfjob-operator:drawn-from";
+
+/// CRC-32 (IEEE), as PNG chunks carry it.
+fn crc32(bytes: &[u8]) -> u32 {
+    !bytes.iter().fold(!0_u32, |crc, byte| {
+        (0..8).fold(crc ^ u32::from(*byte), |c, _| {
+            if c & 1 == 1 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            }
+        })
+    })
+}
+
+/// `png` with a `tEXt` chunk `keyword: text` right after its header chunk.
+fn with_text_chunk(png: &[u8], keyword: &str, text: &str) -> Vec<u8> {
+    // Signature (8) + IHDR: length (4), type (4), 13 bytes, CRC (4).
+    let after_header = 8 + 4 + 4 + 13 + 4;
+    let mut chunk = b"tEXt".to_vec();
+    chunk.extend_from_slice(keyword.as_bytes());
+    chunk.push(0);
+    chunk.extend_from_slice(text.as_bytes());
+    let length = u32::try_from(chunk.len() - 4).expect("a short text");
+    let mut out = png[..after_header].to_vec();
+    out.extend_from_slice(&length.to_be_bytes());
+    out.extend_from_slice(&chunk);
+    out.extend_from_slice(&crc32(&chunk).to_be_bytes());
+    out.extend_from_slice(&png[after_header..]);
+    out
+}
+
+#[test]
+fn a_text_chunk_goes_after_the_header_with_the_crc_png_expects() {
+    // The CRC of "IEND" is PNG's best-known constant.
+    assert_eq!(crc32(b"IEND"), 0xAE42_6082);
+    let png: Vec<u8> = (0..40).collect();
+    let out = with_text_chunk(&png, "k", "v");
+    assert_eq!(&out[..33], &png[..33]);
+    assert_eq!(&out[33..37], &[0, 0, 0, 3]);
+    assert_eq!(&out[37..44], b"tEXtk\0v");
+    assert_eq!(&out[48..], &png[33..]);
 }
 
 /// The boxes in the order a trail first reached each one.
@@ -84,6 +135,7 @@ async fn the_trace_ui_shows_a_new_job_passing_every_box_in_order_in_a_real_brows
     let browser = Command::new("python3")
         .args([script, &url, &until, "60"])
         .arg(&screenshot)
+        .arg("box-reflector")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -105,14 +157,15 @@ async fn the_trace_ui_shows_a_new_job_passing_every_box_in_order_in_a_real_brows
         .await
         .expect("the browser task")
         .expect("the browser script ran");
-    let dom = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let (dom, clicked) = stdout.split_once("---- clicked: ").unwrap_or((&stdout, ""));
     assert!(
         output.status.success(),
         "the page never showed {job_key} reaching the API write box ({}):\n{}\nDOM:\n{dom}",
         output.status,
         String::from_utf8_lossy(&output.stderr),
     );
-    let trail = attribute(&dom, &format!("data-key=\"{job_key}\""), "data-trail")
+    let trail = attribute(dom, &format!("data-key=\"{job_key}\""), "data-trail")
         .expect("a trail row for the job's key");
     // Later passes (each Pod and Service event enqueues the job again)
     // revisit boxes; the first pass reaches each in pipeline order.
@@ -122,11 +175,11 @@ async fn the_trace_ui_shows_a_new_job_passing_every_box_in_order_in_a_real_brows
         "the job's key did not first reach the boxes in pipeline order: {trail}"
     );
     for id in BOXES {
-        let count = attribute(&dom, &format!("id=\"box-{id}\""), "data-count")
+        let count = attribute(dom, &format!("id=\"box-{id}\""), "data-count")
             .and_then(|c| c.parse::<u64>().ok());
         assert!(count > Some(0), "box {id} counted {count:?} events");
     }
-    let received: u64 = text_of(&dom, "received")
+    let received: u64 = text_of(dom, "received")
         .and_then(|t| t.parse().ok())
         .expect("the received counter");
     assert!(
@@ -134,7 +187,7 @@ async fn the_trace_ui_shows_a_new_job_passing_every_box_in_order_in_a_real_brows
         "{received} events received"
     );
     assert_eq!(
-        text_of(&dom, "dropped").as_deref(),
+        text_of(dom, "dropped").as_deref(),
         Some("0"),
         "a single job's events fit the buffer: nothing may be dropped"
     );
@@ -144,4 +197,21 @@ async fn the_trace_ui_shows_a_new_job_passing_every_box_in_order_in_a_real_brows
         "a PNG at {}",
         screenshot.display()
     );
+
+    // A box's link opens its chapter (served by the operator itself).
+    let (target, chapter) = clicked.split_once('\n').unwrap_or((clicked, ""));
+    assert!(
+        target.contains("/docs/01-reflector.md 200"),
+        "clicking the Reflector box led to {target:?}:\n{chapter}"
+    );
+    assert!(chapter.starts_with("# 1. Reflector"), "{chapter}");
+
+    if let Some(picture) = std::env::var_os("TFJOB_TRACE_UI_PICTURE") {
+        let drawn_from = format!(
+            "src/observability/trace_ui/index.html {}",
+            page_fingerprint()
+        );
+        std::fs::write(&picture, with_text_chunk(&png, DRAWN_FROM, &drawn_from))
+            .expect("TFJOB_TRACE_UI_PICTURE is writable");
+    }
 }

@@ -170,6 +170,13 @@ async fn jobs_end_as_in_an_undisturbed_run_when_the_operator_is_sigkilled_at_see
         mismatched.len(),
         crate::harness::seed()
     );
+    // A restarted operator syncs its caches before it reconciles, so it
+    // knows every Pod its predecessor created: a create it sends must not
+    // meet one that exists (AlreadyExists, 409).
+    assert_eq!(
+        conflicts, 0,
+        "Pod creates met AlreadyExists after a restart (operator logs: {logs:?})"
+    );
     let uids = seen.pod_uids(&ns);
     assert!(
         creates.len() <= uids && uids <= creates.len() + cancelled.len(),

@@ -19,16 +19,35 @@ use tfjob_operator::api::fixtures::TfJobFixture;
 
 use crate::audit::{self, AuditEvent};
 use crate::harness::{
-    Cleanup, apiserver_addr, create_job, error_lines, identity, metric, percentile, pods, report,
-    rounds,
+    Cleanup, apiserver_addr, create_job, error_lines, full, identity, metric, percentile, pods,
+    report, rounds,
 };
 use crate::observer::Observer;
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{client, test_namespace, wait_until};
 
 const LEASE: &str = "tfjob-operator-leader";
-/// leaseDuration + retryPeriod at the 15/10/2 defaults.
+/// leaseDuration + retryPeriod at the 15/10/2 defaults, which are the chart's
+/// (it sets no lease flag): asserted on the p95 in `make test-faults`.
 const FAILOVER_GOAL: Duration = Duration::from_secs(17);
+/// The standby holds a released Lease within this of the leader's exit:
+/// asserted in `make test-faults`.
+const HANDOVER_GOAL: Duration = Duration::from_secs(2);
+/// `make test`'s seeded subset (3 rounds, on a CI machine that may be busy)
+/// asserts looser bounds: the goal plus 3 s for the failover (room for a
+/// loaded 2-core machine to delay the standby's retry timer, its Lease
+/// update and this test's 50 ms polls; 15.1-15.2 s p95 measured on an
+/// idle one, docs/reliability.md), and 5 s for the handover
+/// (the standby sees the release on its Lease watch: 0.07-0.11 s measured,
+/// so 5 s is a wide margin that still fails a standby that waits for its
+/// next poll, as the old 10.8 s handover did).
+const SUBSET_FAILOVER_BOUND: Duration = Duration::from_secs(20);
+const SUBSET_HANDOVER_BOUND: Duration = Duration::from_secs(5);
+
+/// The bound this run asserts: the goal in `make test-faults`, the subset's otherwise.
+fn bound(goal: Duration, subset: Duration) -> Duration {
+    if full() { goal } else { subset }
+}
 
 struct Candidate {
     user: String,
@@ -221,16 +240,12 @@ async fn a_sigstopped_leader_is_replaced_in_time_and_never_writes_after_its_succ
         "{} writes of an old leader after its successor's first write",
         split_brain.len()
     );
-    // A goal, not an assertion (the project's rule: no timing assertions in
-    // tests): the figure and the verdict are reported, and docs/reliability.md
-    // publishes them. Correctness (no late write) is asserted above.
-    eprintln!(
-        "failover p95 {p95:.1} s vs the goal of {FAILOVER_GOAL:?} (leaseDuration + retryPeriod): {}; takeovers: {takeovers:.1?}",
-        if p95 <= FAILOVER_GOAL.as_secs_f64() {
-            "met"
-        } else {
-            "NOT met"
-        }
+    // The goal is asserted (issue #29): a timing figure the docs publish
+    // must turn the suite red when it regresses.
+    let bound = bound(FAILOVER_GOAL, SUBSET_FAILOVER_BOUND);
+    assert!(
+        p95 <= bound.as_secs_f64(),
+        "failover p95 {p95:.1} s > {bound:?} (goal {FAILOVER_GOAL:?} = leaseDuration + retryPeriod at the chart's defaults; takeovers: {takeovers:.1?})"
     );
 }
 
@@ -348,14 +363,10 @@ async fn a_sigtermed_leader_finishes_its_work_releases_the_lease_and_the_standby
         late.is_empty(),
         "the old leader wrote after its successor: {late:?}"
     );
-    // A goal, reported rather than asserted (no timing assertions in tests).
-    eprintln!(
-        "the standby took over {handover:.2?} after the leader exited (goal: 2 s): {}",
-        if handover <= Duration::from_secs(2) {
-            "met"
-        } else {
-            "NOT met"
-        }
+    let bound = bound(HANDOVER_GOAL, SUBSET_HANDOVER_BOUND);
+    assert!(
+        handover <= bound,
+        "the standby took over {handover:.2?} after the leader exited: more than {bound:?} (goal {HANDOVER_GOAL:?})"
     );
 }
 

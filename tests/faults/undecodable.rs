@@ -1,13 +1,19 @@
-//! A TFJob stored with a value our types cannot decode. Our CRD refuses such
-//! values, but a looser CRD (Kubeflow's, or an older one of ours) stores them,
-//! and an operator upgraded onto such a cluster must cope. Here the CRD is
-//! ours minus the `enum` on `restartPolicy`, installed for this scenario only
-//! and restored afterwards; a running job is then patched to
-//! `restartPolicy: Sometimes`.
+//! A TFJob stored with a value our types cannot decode (issue #29, point 3).
+//! Our CRD refuses such values, but a CRD without a spec schema stores them,
+//! and an operator upgraded onto such a cluster must cope. Kubeflow's v1.9.2
+//! CRD has a typed schema (int32 ranges and date-times are checked, and our
+//! enums take any string), so the scenario installs ours with the spec's
+//! schema replaced by `x-kubernetes-preserve-unknown-fields` (and the
+//! root's CEL rules, which read the spec, removed), for this scenario only,
+//! restored afterwards. A running job is then patched to
+//! `replicas: "two"`: JSON our `i32` cannot take, so the object does not
+//! decode at all (not the validation path an unknown `restartPolicy` takes).
 //!
-//! What must hold: the operator reports it on the object (a Warning event)
-//! and in its log; other jobs are unaffected (a job created afterwards runs);
-//! no Pod of the undecodable job is deleted (the same UIDs stay).
+//! What must hold: a Warning Event on the object (reason `FailedToDecode`,
+//! `src/tfjob/undecodable.rs`), the failure in the log naming the object,
+//! `tfjob_operator_informer_decode_failures_total{kind="TFJob"}` up, other
+//! jobs unaffected (a job created afterwards runs), and no Pod of the
+//! undecodable job deleted (the same UIDs stay).
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Pod};
@@ -17,24 +23,26 @@ use serde_yaml::Value;
 use tfjob_operator::api::fixtures::TfJobFixture;
 
 use crate::harness::{
-    Cleanup, apiserver_addr, create_job, identity, kubectl_stdin, report, running,
+    Cleanup, apiserver_addr, create_job, identity, kubectl_stdin, metric, report, running,
 };
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{client, kubectl, run_ok, test_namespace, wait_until};
 
 const CRD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/kubeflow.org_tfjobs.yaml");
+const REASON: &str = "FailedToDecode";
+const DECODE_FAILURES: &str = "tfjob_operator_informer_decode_failures_total";
 
-/// Our CRD without the `enum` on replica `restartPolicy`.
-fn loose_crd() -> String {
+/// Our CRD with no schema for `spec` (anything is stored) and no CEL rules.
+fn schemaless_crd() -> String {
     let text = std::fs::read_to_string(CRD).expect("the CRD file");
     let mut crd: Value = serde_yaml::from_str(&text).expect("the CRD parses");
-    let policy = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-        ["properties"]["tfReplicaSpecs"]["additionalProperties"]["properties"]["restartPolicy"];
-    let map = policy.as_mapping_mut().expect("restartPolicy has a schema");
-    assert!(
-        map.remove("enum").is_some(),
-        "the CRD no longer has an enum on restartPolicy"
-    );
+    let root = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let root_map = root.as_mapping_mut().expect("the root schema is a mapping");
+    root_map.remove("x-kubernetes-validations");
+    let spec: Value =
+        serde_yaml::from_str("{type: object, x-kubernetes-preserve-unknown-fields: true}")
+            .expect("the spec schema parses");
+    root["properties"]["spec"] = spec;
     serde_yaml::to_string(&crd).expect("the CRD serializes")
 }
 
@@ -51,9 +59,9 @@ async fn an_undecodable_tfjob_is_reported_and_harms_nothing() {
     let _cleanup_ns = Cleanup(vec![ns.clone()]);
     kubectl_stdin(
         &["apply", "--server-side", "--force-conflicts", "-f", "-"],
-        &loose_crd(),
+        &schemaless_crd(),
     )
-    .unwrap_or_else(|e| panic!("installing the loose CRD: {e}"));
+    .unwrap_or_else(|e| panic!("installing the schemaless CRD: {e}"));
     // Restore our CRD however the scenario ends.
     struct Restore;
     impl Drop for Restore {
@@ -85,7 +93,8 @@ async fn an_undecodable_tfjob_is_reported_and_harms_nothing() {
     .await;
 
     // kubectl, not our typed client: the answer is the undecodable object.
-    let patch = r#"{"spec":{"tfReplicaSpecs":{"Worker":{"restartPolicy":"Sometimes"}}}}"#;
+    let failures_before = metric(&op.metrics(), DECODE_FAILURES, &["kind=\"TFJob\""]);
+    let patch = r#"{"spec":{"tfReplicaSpecs":{"Worker":{"replicas":"two"}}}}"#;
     run_ok(kubectl().args([
         "patch",
         "tfjob",
@@ -118,10 +127,7 @@ async fn an_undecodable_tfjob_is_reported_and_harms_nothing() {
                 .map(|l| l.items)
                 .unwrap_or_default();
             if let Some(e) = list.iter().find(|e| {
-                e.type_.as_deref() == Some("Warning")
-                    && e.message
-                        .as_deref()
-                        .is_some_and(|m| m.contains("restartPolicy") || m.contains("decode"))
+                e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some(REASON)
             }) {
                 return e.message.clone().unwrap_or_default();
             }
@@ -130,14 +136,12 @@ async fn an_undecodable_tfjob_is_reported_and_harms_nothing() {
     })
     .await
     .ok();
+    let failures = metric(&op.metrics(), DECODE_FAILURES, &["kind=\"TFJob\""]) - failures_before;
     let log = op.log_text();
     let op_log = op.log.clone();
-    // Either way of coping counts: a decode failure, or a validation failure
-    // naming the job and the field.
-    let logged = log.lines().any(|l| {
-        l.contains("failed to decode")
-            || (l.contains("/bad") && l.contains("restartPolicy") && !l.contains("DEBUG"))
-    });
+    let logged = log
+        .lines()
+        .any(|l| l.contains("failed to decode an object") && l.contains(&format!("{ns}/bad")));
     let list = pods
         .list(&ListParams::default().labels("training.kubeflow.org/job-name=bad"))
         .await
@@ -149,21 +153,30 @@ async fn an_undecodable_tfjob_is_reported_and_harms_nothing() {
         &[
             ("event_on_object", reported.is_some().to_string()),
             ("logged", logged.to_string()),
+            ("decode_failures", failures.to_string()),
             ("pods_kept", (now == uids).to_string()),
         ],
     );
     drop(op);
+    // Gone before the CRD is restored, so no later scenario's operator meets it.
+    run_ok(kubectl().args(["delete", "tfjob", "bad", "-n", &ns, "--wait=true"]));
     assert_eq!(
         now, uids,
         "Pods of the undecodable job were deleted or replaced"
     );
     assert!(
         logged,
-        "the operator logged nothing (INFO or above) about the undecodable job: {}",
+        "the operator did not log the decode failure of {ns}/bad: {}",
+        op_log.display()
+    );
+    assert!(
+        failures >= 1.0,
+        "{DECODE_FAILURES}{{kind=\"TFJob\"}} did not grow: {}",
         op_log.display()
     );
     assert!(
         reported.is_some(),
-        "no Warning event on the undecodable TFJob"
+        "no Warning Event ({REASON}) on the undecodable TFJob: {}",
+        op_log.display()
     );
 }

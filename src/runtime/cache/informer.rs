@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::delta_fifo::{DeletedObject, Delta, DeltaFifo, Deltas};
 use super::object::Object;
 use super::reflector::list_watch::ListWatch;
-use super::reflector::{Reflector, ReflectorConfig, ReflectorStatus};
+use super::reflector::{DecodeFailureHandler, Reflector, ReflectorConfig, ReflectorStatus};
 use super::store::{
     CONTROLLER_UID_INDEX, IndexFn, Indexer, NAMESPACE_INDEX, controller_uid_index_fn,
     namespace_index_fn,
@@ -179,6 +179,13 @@ impl<K: Object> SharedInformer<K> {
     /// The reflector's counters (lists, watches, decode failures).
     pub fn reflector_status(&self) -> ReflectorStatus {
         self.inner.status.clone()
+    }
+
+    /// Calls `handler` with every object of this informer that fails to
+    /// decode (the reflector logs and counts it, and skips it). Add it
+    /// before [`Self::run`] to see the first list's.
+    pub fn add_decode_failure_handler(&self, handler: DecodeFailureHandler) {
+        self.inner.status.add_decode_failure_handler(handler);
     }
 
     /// Runs the reflector, the processing loop and the resync timer until

@@ -16,7 +16,9 @@
 //! - any other error waits a jittered exponential backoff (0.8 s → 30 s) and
 //!   retries; `429` waits at least the server's Retry-After;
 //! - an object that fails to decode is logged (with its namespace/name, read
-//!   from its metadata alone), counted, and never taken for a deletion: the
+//!   from its metadata alone), counted, handed to the decode-failure
+//!   handlers (a controller reports it on the object: client-go has no such
+//!   hook, its reflector only logs), and never taken for a deletion: the
 //!   page or watch it came in goes on, a relist keeps the cache's last good
 //!   copy of it (no tombstone), an undecodable MODIFIED leaves that copy in
 //!   place, and an undecodable DELETED still deletes by key. A DELETED whose
@@ -195,6 +197,21 @@ impl<K: Object> Default for ReflectorConfig<K> {
     }
 }
 
+/// An object that failed to decode, as its metadata alone names it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DecodeFailure {
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    /// Why it did not decode (serde's or the protobuf decoder's message).
+    pub error: String,
+}
+
+/// Called with every object that fails to decode (from the reflector's
+/// task: it must not block).
+pub type DecodeFailureHandler = Arc<dyn Fn(&DecodeFailure) + Send + Sync>;
+
 /// Counters and the last synced resourceVersion of a running reflector.
 #[derive(Default)]
 struct Shared {
@@ -202,6 +219,7 @@ struct Shared {
     decode_failures: AtomicU64,
     lists: AtomicU64,
     watches: AtomicU64,
+    decode_failure_handlers: Mutex<Vec<DecodeFailureHandler>>,
 }
 
 /// A read-only view of a reflector's progress; cheap to clone.
@@ -234,6 +252,16 @@ impl ReflectorStatus {
     /// Watches opened (including the streaming list's).
     pub fn watches(&self) -> u64 {
         self.shared.watches.load(Ordering::Relaxed)
+    }
+
+    /// Adds a handler for objects that fail to decode (see
+    /// [`DecodeFailureHandler`]); it sees only failures after it is added.
+    pub(crate) fn add_decode_failure_handler(&self, handler: DecodeFailureHandler) {
+        self.shared
+            .decode_failure_handlers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(handler);
     }
 
     fn set_resource_version(&self, rv: &str) {
@@ -394,6 +422,28 @@ impl<K: Object> Reflector<K> {
             .key()
             .map_or_else(|| "<unreadable metadata>".to_owned(), |k| k.to_string());
         tracing::error!(%error, kind = %K::kind(&()), object = %key, "failed to decode an object; the cache keeps its last good copy");
+        let handlers = self
+            .status
+            .shared
+            .decode_failure_handlers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if handlers.is_empty() {
+            return;
+        }
+        let owned = |s: Option<std::borrow::Cow<'_, str>>| s.map(|s| s.into_owned());
+        let identity = raw.identity().unwrap_or_default();
+        let failure = DecodeFailure {
+            namespace: owned(identity.namespace),
+            name: owned(identity.name),
+            uid: owned(identity.uid),
+            resource_version: owned(identity.resource_version),
+            error: error.to_string(),
+        };
+        for handler in handlers {
+            handler(&failure);
+        }
     }
 }
 

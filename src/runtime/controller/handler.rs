@@ -321,7 +321,7 @@ impl<K: Object> EnqueueHandler<K> {
         for key in keys {
             // `depth`: keys ready in the queue as this one arrives (a key
             // already waiting is not queued twice). Read only when tracing.
-            tracing::debug!(target: "pipeline", stage = "4 handler", key = %key, depth = self.queue.len(), "key added to the workqueue");
+            tracing::debug!(target: "pipeline", stage = "5 handler", key = %key, depth = self.queue.len(), "key added to the workqueue");
             self.queue.add(key);
         }
     }

@@ -394,7 +394,7 @@ impl<R: Reconciler> Inner<R> {
             return false;
         };
         // `depth`: keys still ready in the queue behind this one.
-        tracing::debug!(target: "pipeline", stage = "5 worker", controller = %self.name, key = %key, depth = self.queue.len(), "key taken from the workqueue: reconciling");
+        tracing::debug!(target: "pipeline", stage = "7 worker", controller = %self.name, key = %key, depth = self.queue.len(), "key taken from the workqueue: reconciling");
         self.metrics.active_workers.inc();
         self.reconcile_handler(&key).await;
         self.metrics.active_workers.dec();

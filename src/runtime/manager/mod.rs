@@ -205,6 +205,8 @@ pub struct Manager {
     /// that feed it have drained.
     background: Vec<BackgroundFn>,
     recorder: Option<EventRecorder>,
+    /// The recorder's client when not the manager's ([`Self::set_event_client`]).
+    event_client: Option<kube::Client>,
     secure_metrics: Option<SecureMetrics>,
 }
 
@@ -228,6 +230,7 @@ impl Manager {
             runnables: Vec::new(),
             background: Vec::new(),
             recorder: None,
+            event_client: None,
             secure_metrics: None,
         }
     }
@@ -280,6 +283,16 @@ impl Manager {
         self.secure_metrics = Some(secure);
     }
 
+    /// Has the event recorder write through `client` instead of the
+    /// manager's (client-go's broadcaster has a clientset of its own, so a
+    /// client-side rate limit gives Events a bucket of their own). Only
+    /// before the first [`Self::event_recorder`]; later calls change nothing.
+    pub fn set_event_client(&mut self, client: kube::Client) {
+        if self.recorder.is_none() {
+            self.event_client = Some(client);
+        }
+    }
+
     /// An event recorder reporting as `component`. All recorders share one
     /// writer task, started with the HTTP server and stopped after the
     /// runnables, so events published while draining are still written.
@@ -288,7 +301,9 @@ impl Manager {
             return recorder.for_component(component);
         }
         let (recorder, broadcaster) = event_recorder(
-            self.client.clone(),
+            self.event_client
+                .clone()
+                .unwrap_or_else(|| self.client.clone()),
             EventRecorderConfig::new(component),
             &self.registry,
         );
@@ -310,6 +325,7 @@ impl Manager {
             runnables,
             background,
             recorder: _,
+            event_client: _,
             secure_metrics,
         } = self;
 

@@ -189,6 +189,7 @@ fn trace_ui_router(ui: TraceUi) -> Router {
     Router::new()
         .route("/", get(trace_ui::page))
         .route("/events", get(trace_ui::events))
+        .route("/docs/{chapter}", get(trace_ui::chapter))
         .with_state(ui)
 }
 
@@ -639,6 +640,13 @@ pub(crate) mod tests {
             let (status, page) = http_get(addr, "/").await;
             assert_eq!(status, 200);
             assert!(page.contains("new EventSource(\"events\")"), "{page}");
+            // A box's link: the chapter, from the binary, wherever it runs.
+            let (status, chapter) = http_get(addr, "/docs/01-reflector.md").await;
+            assert_eq!(status, 200);
+            assert!(chapter.contains("# 1. Reflector"), "{chapter}");
+            let (status, missing) = http_get(addr, "/docs/99-nothing.md").await;
+            assert_eq!(status, 404);
+            assert!(missing.contains("01-reflector.md"), "{missing}");
 
             let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
             stream.writable().await.unwrap();
@@ -646,7 +654,7 @@ pub(crate) mod tests {
             assert_eq!(stream.try_write(request).unwrap(), request.len());
             wait_for_viewers(&ui, 1).await;
             tracing::info!(target: "tfjob_operator", "not a pipeline event: never sent");
-            tracing::debug!(target: "pipeline", stage = "4 handler", key = "ns/job", depth = 3, "key added to the workqueue");
+            tracing::debug!(target: "pipeline", stage = "5 handler", key = "ns/job", depth = 3, "key added to the workqueue");
 
             // Read the (chunked) response until the first complete data line.
             let data = tokio::time::timeout(Duration::from_secs(10), async {
@@ -671,7 +679,7 @@ pub(crate) mod tests {
             .await
             .expect("a data line");
             let message: Value = serde_json::from_str(&data).unwrap();
-            assert_eq!(message["stage"], "4 handler");
+            assert_eq!(message["stage"], "5 handler");
             assert_eq!(message["key"], "ns/job");
             assert_eq!(message["msg"], "key added to the workqueue");
             assert_eq!(message["depth"], 3, "the queue's depth, as traced");

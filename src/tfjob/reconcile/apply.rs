@@ -37,7 +37,7 @@ impl TfJobReconciler {
         let spec = normalize(job_name, &job.spec).ok();
         let owner = owner_reference(job);
         let pods = PodWrites {
-            api: Api::namespaced(self.client.clone(), &namespace),
+            api: Api::namespaced(self.children.clone(), &namespace),
             children: spec.as_ref().zip(owner.as_ref()).map(|(spec, owner)| {
                 ChildContext::new(
                     job_name,
@@ -49,7 +49,7 @@ impl TfJobReconciler {
             }),
             group: plan.pod_group.clone(),
         };
-        let services: Api<Service> = Api::namespaced(self.client.clone(), &namespace);
+        let services: Api<Service> = Api::namespaced(self.children.clone(), &namespace);
         let jobs: Api<TFJob> = Api::namespaced(self.client.clone(), &namespace);
 
         // The gang's group before its Pods, one write at a time; without
@@ -90,8 +90,22 @@ impl TfJobReconciler {
             .enumerate()
             .filter(|(_, action)| sent(action))
             .map(|(i, action)| {
+                let is_create =
+                    matches!(action, Action::CreatePod { .. } | Action::CreateService(_));
                 let write = self.apply_one(key, job, action, &pods, &services, &jobs);
-                async move { (i, write.await) }
+                async move {
+                    // Checked as each create starts, not once per pass: a
+                    // big job's creates take many rounds of
+                    // `write_concurrency`, and a job deleted meanwhile must
+                    // not keep getting children the garbage collector then
+                    // removes (issue #29: 8 of 40 Workers were created
+                    // after their job's delete on a loaded machine).
+                    if is_create && !self.still_wanted(key, job) {
+                        self.expectations.creation_failed(key);
+                        return (i, Ok(None));
+                    }
+                    (i, write.await)
+                }
             })
             .collect();
         let mut results: Vec<(usize, Result<Option<Created>, SyncError>)> =
@@ -138,6 +152,14 @@ impl TfJobReconciler {
         first_error
     }
 
+    /// False once the cache shows `job` deleted, being deleted, or replaced
+    /// by a namesake: the rest of its pass's creates are skipped.
+    fn still_wanted(&self, key: &ObjectKey, job: &TFJob) -> bool {
+        self.jobs.get(key).is_some_and(|cached| {
+            cached.metadata.uid == job.metadata.uid && cached.metadata.deletion_timestamp.is_none()
+        })
+    }
+
     /// Creates one child and returns its name if it was created (the pass
     /// records one Event for all its creates, [`super::creation_events`]); a
     /// failure gets its own Warning at once. A child that
@@ -162,7 +184,7 @@ impl TfJobReconciler {
         let name = name.to_owned();
         let span = write_span("create", kind, &name);
         // The created child is not decoded: the informer brings it.
-        match unread::create(&self.client, api, &PostParams::default(), child)
+        match unread::create(&self.children, api, &PostParams::default(), child)
             .instrument(span)
             .await
         {

@@ -126,7 +126,7 @@ impl TfJobReconciler {
         if claimed.adopt.is_empty() && claimed.release.is_empty() {
             return Ok(owned);
         }
-        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        let api: Api<K> = Api::namespaced(self.children.clone(), namespace);
         let kind = K::kind(&()).to_lowercase();
         for child in &claimed.release {
             let span = write_span("patch", &kind, &child_name(child.as_ref()));

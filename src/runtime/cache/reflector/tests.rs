@@ -529,3 +529,47 @@ async fn a_watch_silent_for_90_seconds_is_abandoned_long_before_its_deadline() {
         "re-watched after 90 s of silence"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn decode_failure_handlers_hear_of_each_undecodable_object_by_its_metadata() {
+    let lw = ScriptedListWatch::new()
+        .list(Ok(page(
+            vec![broken_cm_json_at("a", "2"), cm_json("c", "3")],
+            "5",
+            None,
+        )))
+        .watch(open(vec![Ok(WatchEvent::Modified(broken_cm_json_at(
+            "c", "6",
+        )))]));
+    let r = start(lw, paginated());
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let sink = heard.clone();
+    r.status
+        .add_decode_failure_handler(Arc::new(move |f: &DecodeFailure| {
+            sink.lock().unwrap().push(f.clone());
+        }));
+    settle(1.0).await;
+    let heard = heard.lock().unwrap().clone();
+    let names: Vec<(Option<&str>, Option<&str>, Option<&str>)> = heard
+        .iter()
+        .map(|f| {
+            (
+                f.namespace.as_deref(),
+                f.name.as_deref(),
+                f.resource_version.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            (Some("ns"), Some("a"), Some("2")),
+            (Some("ns"), Some("c"), Some("6"))
+        ]
+    );
+    assert!(
+        heard.iter().all(|f| f.error.contains("invalid type")),
+        "{heard:?}"
+    );
+    assert_eq!(r.status.decode_failures(), 2);
+}
