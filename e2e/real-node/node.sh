@@ -339,6 +339,11 @@ node_ready() {
 }
 
 # shellcheck disable=SC2329 # called through wait_for
+node_has_ip() {
+  [[ "$(kubectl_admin get node "$NODE_NAME" -o 'jsonpath={.status.addresses[?(@.type=="InternalIP")].address}')" == "$NODE_IP" ]]
+}
+
+# shellcheck disable=SC2329 # called through wait_for
 proxy_synced() { iptables -w 5 -t nat -S KUBE-SERVICES 2>/dev/null | grep -q 'default/kubernetes:https'; }
 
 # ---------------------------------------------------------------- commands
@@ -389,8 +394,10 @@ cmd_up() {
     --kubeconfig "$R/kubeconfigs/kubelet" --root-dir "$R/kubelet" --cert-dir "$R/kubelet/pki" \
     --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" \
     --node-labels "$NODE_LABEL=true"
-  # kube-proxy waits (30 s) for its Node to exist: the kubelet registers it first.
-  wait_for 120 kubelet kubectl_admin get node "$NODE_NAME"
+  # kube-proxy waits (30 s) for its Node to exist, and exits when the Node's
+  # IPs change after it started (a DaemonSet would restart it): the kubelet
+  # registers the Node with its InternalIP first.
+  wait_for 120 kubelet node_has_ip
   log "starting kube-proxy"
   cat >"$R/kube-proxy.yaml" <<YAML
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -446,6 +453,28 @@ ENV
   log "real node $NODE_NAME Ready in $((SECONDS - start)) s (kubelet $REAL_NODE_KUBE_VERSION, containerd $(containerd --version | awk '{print $3}'))"
 }
 
+# The KUBE-* chains kube-proxy --cleanup leaves: the kubelet's own
+# (KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT, KUBE-FIREWALL and its jumps from
+# INPUT/OUTPUT), in every table, IPv4 and IPv6. On this machine nothing else
+# makes KUBE-* chains: the real node is the only kubelet.
+remove_kube_chains() {
+  local cmd table rule chain
+  for cmd in iptables ip6tables; do
+    for table in filter nat mangle; do
+      $cmd -w 5 -t "$table" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j KUBE-' | while read -r rule; do
+        # shellcheck disable=SC2086 # a rule is words
+        $cmd -w 5 -t "$table" -D ${rule#-A } 2>/dev/null || true
+      done || true
+      for chain in $($cmd -w 5 -t "$table" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[A-Z0-9-]*\)$/\1/p'); do
+        $cmd -w 5 -t "$table" -F "$chain" 2>/dev/null || true
+      done
+      for chain in $($cmd -w 5 -t "$table" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[A-Z0-9-]*\)$/\1/p'); do
+        $cmd -w 5 -t "$table" -X "$chain" 2>/dev/null || true
+      done
+    done
+  done
+}
+
 # Everything a real node may leave behind, one line each; nothing means clean.
 leftovers() {
   local c
@@ -453,16 +482,24 @@ leftovers() {
   # Shims and containers started by our containerd.
   pgrep -af "containerd-shim.*$CTR_SOCK|$R/" 2>/dev/null | grep -v "^$$ " | sed 's/^/process /' || true
   ip link show "$BRIDGE" >/dev/null 2>&1 && echo "bridge $BRIDGE"
-  ip -o link show type veth 2>/dev/null | grep -q "master $BRIDGE" && echo "veth on $BRIDGE"
-  grep -F " $R/" /proc/self/mountinfo | awk '{print "mount " $5}'
-  grep -F " $HOSTPATH_DIR" /proc/self/mountinfo | awk '{print "mount " $5}'
+  # Captured, not piped into `grep -q`: under pipefail an early grep exit fails the pipe.
+  local out
+  out=$(ip -o link show master "$BRIDGE" 2>/dev/null || true)
+  if [[ -n "$out" ]]; then echo "veth on $BRIDGE"; fi
+  { grep -F -e " $R/" -e " $HOSTPATH_DIR" /proc/self/mountinfo || true; } | awk '{print "mount " $5}'
   if [[ -f "$R/netns.before" ]]; then
     comm -13 "$R/netns.before" <(netns_list) | sed 's/^/netns /'
   fi
   bash "$E2E_DIR/real-node/network.sh" leftovers
-  iptables -w 5 -t nat -S 2>/dev/null | grep -q '^-N KUBE-' && echo "iptables: kube-proxy's chains"
+  local cmd table
+  for cmd in iptables ip6tables; do
+    for table in filter nat mangle; do
+      out=$($cmd -w 5 -t "$table" -S 2>/dev/null || true)
+      if [[ "$out" == *"-N KUBE-"* ]]; then echo "$cmd -t $table: KUBE-* chains (kube-proxy's or the kubelet's)"; fi
+    done
+  done
   leftover_cgroups
-  [[ -e "$HOSTPATH_DIR" ]] && echo "dir $HOSTPATH_DIR"
+  if [[ -e "$HOSTPATH_DIR" ]]; then echo "dir $HOSTPATH_DIR"; fi
   return 0
 }
 
@@ -489,11 +526,12 @@ cmd_down() {
   local p
   for p in $(pgrep -f "containerd-shim.*$CTR_SOCK" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
   if [[ -x "$RBIN/kube-proxy" ]]; then "$RBIN/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
+  remove_kube_chains
   bash "$E2E_DIR/real-node/network.sh" remove
   ip link delete "$BRIDGE" 2>/dev/null || true
   # Mounts under our state (overlay rootfs, shm, netns bind mounts, volumes), deepest first.
   local m
-  grep -F -e " $R/" -e " $HOSTPATH_DIR" /proc/self/mountinfo | awk '{print $5}' | sort -r \
+  { grep -F -e " $R/" -e " $HOSTPATH_DIR" /proc/self/mountinfo || true; } | awk '{print $5}' | sort -r \
     | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   if [[ -f "$R/netns.before" ]]; then
     for m in $(comm -13 "$R/netns.before" <(netns_list)); do

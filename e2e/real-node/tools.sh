@@ -11,7 +11,8 @@
 #   conntrack, socat      Debian's packages, installed with apt-get when missing
 # Each Go tool lands in $TFJOB_CACHE_DIR/tools/<tool>-<version>/ and is never
 # rebuilt while that directory exists; the node's bin dir links exactly this set.
-# `tools.sh --bin-dir` prints that bin dir.
+# `tools.sh --bin-dir` prints that bin dir; `tools.sh --is-warm` succeeds when
+# nothing is left to build or install.
 #
 # The kubelet's version is REAL_NODE_KUBE_VERSION (default: the control plane's
 # KUBE_VERSION). Kubernetes 1.37's kubelet still accepts containerd 1.6 (it
@@ -140,6 +141,12 @@ main() {
   if [[ "${1:-}" == --bin-dir ]]; then
     real_bin_dir
     return 0
+  fi
+  # Whether everything is built already (CI runs `make test-real` only then).
+  if [[ "${1:-}" == --is-warm ]]; then
+    [[ -x "$(kubelet_dir)/bin/kubelet" && -x "$(crictl_dir)/bin/crictl" && -x "$(coredns_dir)/bin/coredns" ]] \
+      && command -v containerd >/dev/null && command -v runc >/dev/null
+    return
   fi
   command -v go >/dev/null || die "go is needed to build the kubelet"
   mkdir -p "$TOOLS_DIR"
