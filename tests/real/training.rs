@@ -231,8 +231,12 @@ fn set_env(job: &mut serde_json::Value, name: &str, value: &str) {
     }
 }
 
+/// `status.replicaStatuses[rtype]` as JSON; `null` while there is no status.
 fn replica_status(job: &TFJob, rtype: &str) -> serde_json::Value {
-    let status = serde_json::to_value(job.status.as_ref().expect("a status")).expect("JSON");
+    let Some(status) = job.status.as_ref() else {
+        return serde_json::Value::Null;
+    };
+    let status = serde_json::to_value(status).expect("a status serializes");
     status["replicaStatuses"][rtype].clone()
 }
 
