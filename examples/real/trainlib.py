@@ -65,10 +65,13 @@ class Settings:
 
 
 def tf_config():
-    """TF_CONFIG as the operator wrote it: the cluster and this task."""
+    """TF_CONFIG as the operator wrote it: the cluster and this task (a
+    one-worker cluster of this process when there is none)."""
     raw = os.environ.get("TF_CONFIG")
     if not raw:
-        sys.exit("TF_CONFIG is not set: run this as a TFJob replica or through run-local.sh")
+        # Kubeflow (and so the operator) sets no TF_CONFIG for a job of one
+        # replica: TensorFlow then trains in this process alone.
+        return {"worker": ["localhost"]}, "worker", 0
     try:
         config = json.loads(raw)
         cluster, task = config["cluster"], config["task"]
