@@ -62,13 +62,27 @@ proto-schema-check: ## Fail if the committed protobuf tables drifted from the Go
 cluster-tools: ## Build (or reuse from the cache) etcd, kube-*, kubectl, helm, kwok
 	bash e2e/tools.sh
 
+# REAL_NODE=1 adds one real Node (kubelet, containerd, CNI, kube-proxy,
+# CoreDNS; e2e/real-node/) beside the KWOK nodes: needs root, one per machine.
+REAL_NODE ?= $(or $(TFJOB_REAL_NODE),0)
 .PHONY: cluster-up
-cluster-up: cluster-tools ## Start the local control plane (kubeconfig: .cluster/kubeconfig)
-	bash e2e/cluster.sh up
+cluster-up: cluster-tools ## Start the local control plane (kubeconfig: .cluster/kubeconfig); REAL_NODE=1 adds a real node
+	bash e2e/cluster.sh up $(if $(filter 1,$(REAL_NODE)),--real-node)
 
 .PHONY: cluster-down
 cluster-down: ## Stop the local control plane and remove its data
 	bash e2e/cluster.sh down
+
+# The real node (docs/run-it-for-real.md): a fresh cluster with a real
+# kubelet and containerd, the chart's own image as the operator's Pods, real
+# TensorFlow training; torn down afterwards, checked for leftovers. Root only.
+.PHONY: test-real
+test-real: cluster-tools image-tools ## On a fresh cluster with a real node: the node, the chart with the operator's image, real TensorFlow jobs (tests/real)
+	bash e2e/run-real.sh
+
+.PHONY: demo-real
+demo-real: cluster-tools image-tools ## A real TensorFlow job on a real node, with the operator from the chart: its logs and the trace UI (stays up; make cluster-down)
+	bash e2e/demo-real.sh
 
 .PHONY: e2e
 e2e: cluster-tools chromium ## The end-to-end suite on a freshly started local control plane (torn down even on failure)

@@ -3,7 +3,10 @@
 # kube-controller-manager and kube-scheduler, with KWOK playing the kubelet on
 # fake nodes. Everything listens on 127.0.0.1 only, on free ports.
 #
-#   cluster.sh up                  start (fresh data); if this dir's cluster is running, say so
+#   cluster.sh up [--real-node]    start (fresh data); if this dir's cluster is running, say so.
+#                                  --real-node (or TFJOB_REAL_NODE=1) adds one real Node beside the
+#                                  KWOK nodes: kubelet + containerd + CNI + kube-proxy + CoreDNS
+#                                  (e2e/real-node/node.sh; one per machine, needs root)
 #   cluster.sh down                stop what `up` started (pid files), remove state, keep logs/
 #   cluster.sh restart <component> [--alone]
 #                                  stop and start one component in place (same ports, same data);
@@ -50,6 +53,8 @@ NODES=4
 NODE_PODS="${TFJOB_NODE_PODS:-3000}"
 # A node with this label is no longer managed by KWOK: see start_kwok.
 LOST_NODE_LABEL=e2e.tfjob-operator.local/lost
+# The real node (e2e/real-node/): KWOK must never manage it.
+REAL_NODE_LABEL=e2e.tfjob-operator.local/real-node
 
 # ---------------------------------------------------------------- processes
 
@@ -191,6 +196,8 @@ make_pki() {
   # leases, pod status and deletes in every namespace): the Node authorizer's
   # one-node identity does not fit, so it is an admin.
   sign kwok "/O=system:masters/CN=kwok" clientAuth
+  # The API server's identity towards kubelets (logs, exec, port-forward on the real node).
+  sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
   if [[ "${TFJOB_AUDIT:-0}" == 1 ]]; then sign bench-peer "/O=system:masters/CN=bench-peer" clientAuth; fi
   openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
   openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
@@ -299,6 +306,9 @@ start_apiserver() {
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
     --client-ca-file "$PKI/ca.crt" \
+    --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" \
+    --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
+    --kubelet-preferred-address-types InternalIP \
     --service-account-issuer https://kubernetes.default.svc \
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
     --service-cluster-ip-range 10.0.0.0/24 \
@@ -308,6 +318,8 @@ start_apiserver() {
     --shutdown-watch-termination-grace-period 3s \
     ${TFJOB_APISERVER_INFLIGHT:+--max-requests-inflight "$TFJOB_APISERVER_INFLIGHT" --max-mutating-requests-inflight "$((TFJOB_APISERVER_INFLIGHT / 2))"} \
     --profiling=false
+  # Kubelets are reached by IP only: the system resolver knows no node names
+  # (the real node's `kubectl logs` would fail on a name lookup).
   # The grace period makes SIGTERM close open watches (the other components
   # and tests hold some): without it the API server waits up to a minute for
   # those connections and `down`/`restart` would end in SIGKILL.
@@ -393,9 +405,11 @@ start_kwok() {
   # KWOK binds no port unless asked (no --server-address): nothing to choose.
   # It manages every node except those labelled lost: labelling a node takes
   # it away as a dead kubelet would (no Lease renewals, so NotReady and the
-  # unreachable taints follow; its Pods are never confirmed gone).
+  # unreachable taints follow; its Pods are never confirmed gone). Nor the
+  # real node, whose kubelet is real: KWOK would otherwise fake its Pods as
+  # Running with its own IPs.
   start_component kwok "$BIN/kwok" --kubeconfig "$D/kubeconfigs/kwok" \
-    --manage-nodes-with-label-selector="!$LOST_NODE_LABEL" \
+    --manage-nodes-with-label-selector="!$LOST_NODE_LABEL,!$REAL_NODE_LABEL" \
     --cidr 10.244.0.0/16 --node-ip 127.0.0.1 \
     --node-lease-duration-seconds 40 -c "$D/kwok-stages.yaml"
   wait_for 60 kwok nodes_ready
@@ -438,6 +452,8 @@ down_quietly() {
 
 cmd_down() {
   [[ -d "$D" ]] || { log "no cluster in $D"; return 0; }
+  # The real node first: its kubelet is a client of the API server.
+  if [[ -d "$D/real-node" ]]; then bash "$E2E_DIR/real-node/node.sh" down; fi
   local ports=""
   [[ -f "$D/ports" ]] && ports=$(cut -d= -f2 "$D/ports" | tr '\n' ' ')
   down_quietly
@@ -450,10 +466,14 @@ cmd_down() {
 }
 
 cmd_up() {
-  local n
+  local n real_node="${TFJOB_REAL_NODE:-0}"
+  [[ "${1:-}" == --real-node ]] && real_node=1
   n=$(running_components)
   if ((n == ${#COMPONENTS[@]})) && [[ -f "$D/kubeconfig" ]]; then
     log "already running from $D; 'make cluster-down' first for a fresh one"
+    if ((real_node)) && ! bash "$E2E_DIR/real-node/node.sh" status >/dev/null 2>&1; then
+      bash "$E2E_DIR/real-node/node.sh" up
+    fi
     echo "KUBECONFIG=$D/kubeconfig"
     echo "source $D/env   # kubectl/helm on PATH, KUBECONFIG, ETCD_URL, KUBE_APISERVER_URL"
     return 0
@@ -461,6 +481,7 @@ cmd_up() {
   if ((n > 0)); then
     log "a partial cluster is running from $D ($n of ${#COMPONENTS[@]} components): stopping it first"
   fi
+  if [[ -d "$D/real-node" ]]; then bash "$E2E_DIR/real-node/node.sh" down; fi
   down_quietly
   [[ -x "$BIN/kube-apiserver" ]] || bash "$E2E_DIR/tools.sh"
 
@@ -490,6 +511,10 @@ cmd_up() {
   create_nodes
   start_kwok
   log "local control plane up in $((SECONDS - start)) s ($KUBE_VERSION, etcd $ETCD_VERSION, KWOK $KWOK_VERSION)"
+  if ((real_node)); then
+    bash "$E2E_DIR/real-node/node.sh" up
+    echo "source $D/real-node/env   # the real node: its containerd socket, image names, logs"
+  fi
   echo "KUBECONFIG=$D/kubeconfig"
   echo "source $D/env   # kubectl/helm on PATH, KUBECONFIG, ETCD_URL, KUBE_APISERVER_URL"
 }
@@ -543,16 +568,17 @@ cmd_status() {
   echo "etcd        http://127.0.0.1:$ETCD_PORT"
   echo "apiserver   https://127.0.0.1:$APISERVER_PORT"
   echo "kubeconfig  $D/kubeconfig"
+  if [[ -d "$D/real-node" ]]; then bash "$E2E_DIR/real-node/node.sh" status || rc=1; fi
   return $rc
 }
 
 main() {
   case "${1:-}" in
-    up) cmd_up ;;
+    up) cmd_up "${2:-}" ;;
     down) cmd_down ;;
     restart) cmd_restart "${2:-}" "${3:-}" ;;
     status) cmd_status ;;
-    *) die "usage: cluster.sh up|down|restart <component>|status" ;;
+    *) die "usage: cluster.sh up [--real-node]|down|restart <component>|status" ;;
   esac
 }
 

@@ -1,8 +1,9 @@
 //! What the controller must remember about a job that its Pods cannot tell
 //! it again: restarts so far (counted against `backoffLimit`), the indexes
 //! that already succeeded (never run again after their Pod is gone), which
-//! failed Pods are already counted, and whether unfinished Pods must still be
-//! stopped after a deadline or backoff failure.
+//! failed Pods are already counted, the kubelet's in-place restarts seen so
+//! far (a Pod's `restartCount` is lost with the Pod), and whether unfinished
+//! Pods must still be stopped after a deadline or backoff failure.
 //!
 //! It lives in one annotation on the TFJob, [`ANNOTATION`], not in
 //! `.status`: Kubeflow's own CRD (which users who migrate keep installed)
@@ -34,9 +35,18 @@ pub const ANNOTATION: &str = "tfjob-operator.kubeflow.org/bookkeeping";
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Bookkeeping {
-    /// Restarts by replica type (`Worker`, `PS`, …).
+    /// Restarts by re-creating a failed Pod, by replica type (`Worker`,
+    /// `PS`, …). In-place restarts are kept apart (below): the backoff
+    /// limit counts those from the live Pods, as Kubeflow does.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub restarts: BTreeMap<String, i32>,
+    /// The kubelet's in-place restarts (`restartCount`, OnFailure/Always)
+    /// of Pods still present, by Pod UID: the most seen.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub in_place_pods: BTreeMap<String, InPlaceRestarts>,
+    /// In-place restarts of Pods that are gone, by replica type.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub in_place_gone: BTreeMap<String, i32>,
     /// Indexes whose Pod succeeded, by replica type, as ranges (`"0,2-4"`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub succeeded_indexes: BTreeMap<String, String>,
@@ -48,6 +58,15 @@ pub struct Bookkeeping {
     /// pending Pods are stopped on every pass until they are gone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stop_unfinished: bool,
+}
+
+/// One Pod's in-place restarts, and its replica type (to add them to the
+/// type's total once the Pod is gone).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceRestarts {
+    pub replica_type: String,
+    pub count: i32,
 }
 
 impl Bookkeeping {
@@ -64,9 +83,12 @@ impl Bookkeeping {
             .and_then(|v| serde_json::from_str(v).ok())
             .unwrap_or_default();
         for (rtype, rs) in job.status.iter().flat_map(|s| &s.replica_statuses) {
-            if rs.restarts > 0 {
+            // The status shows re-creations plus in-place restarts; only
+            // the re-creations are ours to remember here.
+            let recreations = rs.restarts - b.in_place_of(rtype);
+            if recreations > 0 {
                 let n = b.restarts.entry(rtype.clone()).or_default();
-                *n = (*n).max(rs.restarts);
+                *n = (*n).max(recreations);
             }
             if let Some(from_status) = rs.succeeded_indexes.as_deref() {
                 let mut set = b.succeeded(rtype);
@@ -80,6 +102,40 @@ impl Bookkeeping {
     /// Restarts of one replica type.
     pub fn restarts_of(&self, rtype: ReplicaType) -> i32 {
         self.restarts.get(rtype.as_str()).copied().unwrap_or(0)
+    }
+
+    /// In-place restarts of one replica type (by its status key): those of
+    /// the Pods that are gone and the most seen of those present.
+    pub fn in_place_of(&self, rtype: &str) -> i32 {
+        self.in_place_gone.get(rtype).copied().unwrap_or(0)
+            + self
+                .in_place_pods
+                .values()
+                .filter(|p| p.replica_type == rtype)
+                .map(|p| p.count)
+                .sum::<i32>()
+    }
+
+    /// What `replicaStatuses[rtype].restarts` shows: every restart, in place
+    /// or by re-creating the Pod.
+    pub fn shown_restarts(&self, rtype: &str) -> i32 {
+        self.restarts.get(rtype).copied().unwrap_or(0) + self.in_place_of(rtype)
+    }
+
+    /// Records a live Pod's in-place restarts (its `restartCount`); the
+    /// count only grows while the Pod lives.
+    pub fn see_in_place(&mut self, rtype: ReplicaType, uid: &str, count: i32) {
+        if count <= 0 {
+            return;
+        }
+        let seen = self
+            .in_place_pods
+            .entry(uid.to_owned())
+            .or_insert_with(|| InPlaceRestarts {
+                replica_type: rtype.as_str().to_owned(),
+                count: 0,
+            });
+        seen.count = seen.count.max(count);
     }
 
     /// Restarts over every type.
@@ -120,6 +176,18 @@ impl Bookkeeping {
         let present: BTreeSet<&str> = present.into_iter().collect();
         self.counted_pods
             .retain(|uid| present.contains(uid.as_str()));
+        // A gone Pod's in-place restarts move to its type's total.
+        let gone: Vec<String> = self
+            .in_place_pods
+            .keys()
+            .filter(|uid| !present.contains(uid.as_str()))
+            .cloned()
+            .collect();
+        for uid in gone {
+            if let Some(p) = self.in_place_pods.remove(&uid) {
+                *self.in_place_gone.entry(p.replica_type).or_default() += p.count;
+            }
+        }
     }
 
     /// Whether writing `self` over `stored` would tell a future pass
@@ -130,6 +198,12 @@ impl Bookkeeping {
             || self.succeeded_indexes != stored.succeeded_indexes
             || self.stop_unfinished != stored.stop_unfinished
             || !self.counted_pods.is_subset(&stored.counted_pods)
+            || self.in_place_pods.iter().any(|(uid, p)| {
+                stored
+                    .in_place_pods
+                    .get(uid)
+                    .is_none_or(|s| s.count < p.count)
+            })
     }
 
     /// The annotation's value.

@@ -240,7 +240,7 @@ pub fn plan(obs: &Observed<'_>, cfg: &PlanConfig) -> Plan {
         p.bookkeeping = Some(books.clone());
     }
     for (rtype, rs) in p.status.replica_statuses.iter_mut() {
-        rs.restarts = books.restarts.get(rtype).copied().unwrap_or(0);
+        rs.restarts = books.shown_restarts(rtype);
         rs.succeeded_indexes = books.succeeded_indexes.get(rtype).cloned();
     }
     p.status.observed_generation = job.metadata.generation;
@@ -373,9 +373,11 @@ fn plan_into(
         };
         let new = tally.new_restarts;
         if past || (new > 0 && so_far + new > limit) {
-            // The failures of this pass are not restarted: not counted.
+            // The failures of this pass are not restarted: not counted
+            // (the in-place restarts seen are: they happened).
             *books = Bookkeeping {
                 stop_unfinished: true,
+                in_place_pods: std::mem::take(&mut books.in_place_pods),
                 ..Bookkeeping::of(job)
             };
             let msg = messages::backoff_limit_exceeded(name);

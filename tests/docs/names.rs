@@ -204,6 +204,7 @@ const FOREIGN_FLAGS: &[&str] = &[
     // cluster, the benchmarks' peers, the lost-node safety argument)
     "authorization-mode",
     "feature-gates",
+    "kubelet-preferred-address-types",
     "max-mutating-requests-inflight",
     "max-requests-inflight",
     "node-monitor-grace-period",
@@ -213,6 +214,8 @@ const FOREIGN_FLAGS: &[&str] = &[
     "enable-scheme",
     "gang-scheduler-name",
     "prefers-protobuf",
+    // KWOK
+    "manage-nodes-with-label-selector",
     // perf / inferno
     "flamegraph-cost-type",
     "print-flamegraph",
@@ -222,6 +225,14 @@ const FOREIGN_FLAGS: &[&str] = &[
     "dir",
     "jaeger-bin",
     "operator",
+    // the real node's scripts: e2e/cluster.sh up --real-node, e2e/images/build.sh
+    // NAME --import, kube-proxy --cleanup, e2e/images/tensorflow.sh --key/--wheels
+    "cleanup",
+    "import",
+    "key",
+    "print-ref",
+    "real-node",
+    "wheels",
 ];
 
 /// Our flags: every long name (and alias) of every subcommand, from clap.

@@ -124,9 +124,17 @@ impl Tally {
                 if matches!(phase(pod), "Running" | "Pending") {
                     t.abnormal.extend(abnormal(pod));
                 }
+                // Shown in `restarts` whatever the phase, and remembered:
+                // the count is lost with the Pod. (Under ExitCode the Pod's
+                // own policy is Never, so a re-created Pod adds nothing here.)
+                if restarts_in_place && let Some(uid) = pod.metadata.uid.as_deref() {
+                    books.see_in_place(rtype, uid, in_place_restarts(pod));
+                }
                 match phase(pod) {
                     "Running" => {
                         rs.active += 1;
+                        // The backoff limit counts running Pods' restarts
+                        // only, as Kubeflow's PastBackoffLimit does.
                         if restarts_in_place {
                             t.in_place_restarts += in_place_restarts(pod);
                         }

@@ -357,3 +357,40 @@ fn exited_with_code_is_recorded_once_for_a_permanent_failure() {
     assert_eq!(exited(&p), 1);
     assert_eq!(exited(&w.plan()), 0, "not again on later passes");
 }
+
+#[test]
+fn in_place_restarts_show_in_replica_statuses_once_and_stay_after_the_pod_is_gone() {
+    // OnFailure: the kubelet restarts the container and the Pod stays, so
+    // no re-creation is counted; the restarts must still show in
+    // `replicaStatuses[*].restarts` ("in place, and by re-creating").
+    let f = TfJobFixture::new("j")
+        .workers(1)
+        .restart_policy(RestartPolicy::OnFailure)
+        .backoff_limit(3);
+    let w = World::new(f).running(Worker, 0).with_services();
+    let with_restarts = |mut w: World, phase: &str, n: i32| {
+        let mut pod = (*w.pods[0]).clone();
+        let status = pod.status.as_mut().unwrap();
+        status.phase = Some(phase.into());
+        status.container_statuses = Some(vec![ContainerStatus {
+            name: "tensorflow".into(),
+            restart_count: n,
+            ..Default::default()
+        }]);
+        w.pods[0] = Arc::new(pod);
+        w
+    };
+    let (w, p) = with_restarts(w, "Running", 2).settle();
+    assert_eq!(replica(&p, Worker).restarts, 2, "the kubelet's restarts");
+    // The next pass reads that status back: not as two more restarts (the
+    // backoff limit of 3 would fail the job if it did).
+    let (w, p) = w.settle();
+    assert_eq!(last_condition(&p).0, "Running");
+    assert_eq!(replica(&p, Worker).restarts, 2, "counted once");
+    // The Pod succeeds after its restarts, then is cleaned up: the count stays.
+    let (w, p) = with_restarts(w, "Succeeded", 2).settle();
+    assert_eq!(last_condition(&p).0, "Succeeded");
+    assert_eq!(replica(&p, Worker).restarts, 2);
+    let (_, p) = w.without_pod("j-worker-0").settle();
+    assert_eq!(replica(&p, Worker).restarts, 2, "after the Pod is gone");
+}
