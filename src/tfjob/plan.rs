@@ -558,7 +558,6 @@ impl<'a> Children<'a> {
     }
 }
 
-
 fn force_delete_stuck(p: &mut Plan, children: &Children<'_>, now: Timestamp, wait: Duration) {
     for pod in children.pods.values().flatten() {
         match stuck_on_lost_node(pod, now, wait) {
