@@ -22,8 +22,9 @@ use std::process::Command;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
@@ -331,15 +332,6 @@ pub async fn drive_pod_exit_with_reason(
     let restarts = policy == "Always" || (policy == "OnFailure" && exit_code != 0);
     let restarts_before = restart_counts(&before);
 
-    let mut annotations = BTreeMap::new();
-    annotations.insert(EXIT_CODE_ANNOTATION, Some(exit_code.to_string()));
-    annotations.insert(EXIT_CONTAINER_ANNOTATION, container.map(str::to_string));
-    annotations.insert(EXIT_REASON_ANNOTATION, reason.map(str::to_string));
-    let patch = serde_json::json!({ "metadata": { "annotations": annotations } });
-    pods.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap_or_else(|e| panic!("failed to annotate pod {namespace}/{pod}: {e}"));
-
     let targets = |p: &Pod| -> Vec<k8s_openapi::api::core::v1::ContainerStatus> {
         p.status
             .as_ref()
@@ -349,11 +341,16 @@ pub async fn drive_pod_exit_with_reason(
             .filter(|c| container.is_none_or(|n| c.name == n))
             .collect()
     };
+    // Watch from the version read above, not poll: with a retryable code the
+    // operator may delete the ended Pod and create its replacement (same name)
+    // within a few milliseconds, so a poll can miss the ended Pod entirely. A
+    // watch from `before`'s resourceVersion replays every change to it.
+    let uid = before.metadata.uid.clone();
+    let version = before.metadata.resource_version.clone().unwrap_or_default();
     let what = format!("KWOK to end container {container:?} of {namespace}/{pod} with {exit_code}");
-    wait_until(&what, EXIT_TIMEOUT, || async {
-        let p = pods.get(pod).await.ok()?;
-        let statuses = targets(&p);
-        let done = !statuses.is_empty()
+    let ended = |p: &Pod| -> bool {
+        let statuses = targets(p);
+        !statuses.is_empty()
             && statuses.iter().all(|c| {
                 if restarts {
                     let was = restarts_before.get(&c.name).copied().unwrap_or(0);
@@ -363,10 +360,50 @@ pub async fn drive_pod_exit_with_reason(
                     let now = c.state.as_ref().and_then(|s| s.terminated.as_ref());
                     now.is_some_and(|t| t.exit_code == exit_code)
                 }
-            });
-        done.then_some(())
+            })
+    };
+    let params = WatchParams::default()
+        .fields(&format!("metadata.name={pod}"))
+        .timeout(EXIT_TIMEOUT.as_secs() as u32);
+    let mut events = pods
+        .watch(&params, &version)
+        .await
+        .unwrap_or_else(|e| panic!("failed to watch pod {namespace}/{pod}: {e}"))
+        .boxed();
+
+    let mut annotations = BTreeMap::new();
+    annotations.insert(EXIT_CODE_ANNOTATION, Some(exit_code.to_string()));
+    annotations.insert(EXIT_CONTAINER_ANNOTATION, container.map(str::to_string));
+    annotations.insert(EXIT_REASON_ANNOTATION, reason.map(str::to_string));
+    let patch = serde_json::json!({ "metadata": { "annotations": annotations } });
+    pods.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("failed to annotate pod {namespace}/{pod}: {e}"));
+
+    let seen = tokio::time::timeout(EXIT_TIMEOUT, async {
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(WatchEvent::Added(p) | WatchEvent::Modified(p))
+                    if p.metadata.uid == uid && ended(&p) =>
+                {
+                    return Ok(());
+                }
+                Ok(WatchEvent::Deleted(p)) if p.metadata.uid == uid && !ended(&p) => {
+                    return Err(format!("{namespace}/{pod} was deleted before it ended"));
+                }
+                Ok(WatchEvent::Error(e)) => return Err(format!("the watch failed: {e}")),
+                Err(e) => return Err(format!("the watch failed: {e}")),
+                _ => {}
+            }
+        }
+        Err("the watch ended".to_string())
     })
     .await;
+    match seen {
+        Ok(Ok(())) => {}
+        Ok(Err(why)) => panic!("waiting for {what}: {why}"),
+        Err(_) => panic!("timed out after {EXIT_TIMEOUT:?} waiting for {what}"),
+    }
 }
 
 fn restart_counts(pod: &Pod) -> BTreeMap<String, i32> {
