@@ -9,8 +9,13 @@ pub const MODULE: &str = "github.com/kubeflow/training-operator";
 
 /// The version `e2e/versions.env` pins.
 pub fn pinned_version() -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/versions.env");
-    let text = std::fs::read_to_string(path).expect("e2e/versions.env");
+    // The run-time CARGO_MANIFEST_DIR (cargo sets it for tests), not the
+    // compile-time one: a shared target directory can hold a test binary
+    // compiled in another checkout.
+    let repo = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let text = std::fs::read_to_string(repo.join("e2e/versions.env")).expect("e2e/versions.env");
     text.lines()
         .find_map(|l| l.strip_prefix("KUBEFLOW_TRAINING_OPERATOR_VERSION="))
         .map(|v| v.trim().trim_matches('"').to_owned())

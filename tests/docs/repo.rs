@@ -1,8 +1,13 @@
 //! Where the repository is and which files the guard reads.
 use std::path::{Path, PathBuf};
 
+/// The checkout this runs from: cargo's run-time `CARGO_MANIFEST_DIR`, not
+/// the compile-time one (a target directory shared by two checkouts can hold
+/// a binary compiled in the other).
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 /// The chapters and reference pages, in order (`docs/*.md`).

@@ -225,7 +225,7 @@ async fn every_trace_line_the_docs_show_is_printed_by_the_operator_with_trace_pi
     // Every chapter's trace lines, not only chapter 0's: they all come from
     // this one story (a job applied, running, deleted) and the startup
     // before it. (doc, message, field names)
-    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    let docs = crate::support::repo_dir().join("docs");
     let mut shown: Vec<(String, (String, Vec<String>))> = Vec::new();
     for entry in std::fs::read_dir(&docs).expect("docs/") {
         let path = entry.expect("a docs/ entry").path();

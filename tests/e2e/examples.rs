@@ -15,7 +15,7 @@
 //! kubernetes/examples (`examples_test.go`: every manifest must parse and apply).
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -48,7 +48,7 @@ const EXAMPLES: [&str; 6] = [
 const REACT: Duration = Duration::from_secs(60);
 
 pub fn examples_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
+    crate::support::repo_dir().join("examples")
 }
 
 pub fn example(file: &str) -> PathBuf {

@@ -49,7 +49,12 @@ use crate::support::{
 mod metrics_auth;
 mod render;
 
-const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/tfjob-operator");
+static CHART: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    crate::support::repo_dir()
+        .join("charts/tfjob-operator")
+        .display()
+        .to_string()
+});
 
 /// An installed release; uninstalled on drop, so a passing test leaves no
 /// cluster-scoped objects behind (and a failing one usually does not either).
@@ -65,7 +70,7 @@ impl Release {
         let name = format!("e2e-{}", random_suffix());
         run_ok(
             helm()
-                .args(["install", &name, CHART, "--namespace", namespace])
+                .args(["install", &name, CHART.as_str(), "--namespace", namespace])
                 .args(args),
         );
         Self {
@@ -502,7 +507,7 @@ async fn helm_test_creates_its_pod_under_restricted_and_reports_the_pods_outcome
     run_ok(helm().args([
         "upgrade",
         &release.name,
-        CHART,
+        CHART.as_str(),
         "--namespace",
         &ns,
         "--reuse-values",
@@ -528,7 +533,7 @@ async fn chart_values_files_render_objects_the_api_server_accepts() {
     ensure_crd(&client).await;
     let ns = test_namespace(&client, "helm-values").await;
 
-    let ci = Path::new(CHART).join("ci");
+    let ci = Path::new(CHART.as_str()).join("ci");
     let mut values: Vec<Option<PathBuf>> = vec![None];
     let mut files: Vec<PathBuf> = std::fs::read_dir(&ci)
         .expect("the chart's ci/ directory")
@@ -542,7 +547,7 @@ async fn chart_values_files_render_objects_the_api_server_accepts() {
     for file in values {
         let mut template = helm();
         template
-            .args(["template", "e2e-values", CHART, "--namespace", &ns])
+            .args(["template", "e2e-values", CHART.as_str(), "--namespace", &ns])
             .args(["--kube-version", kube_version()])
             // The watched namespace must exist for the server to accept a Role in it.
             .args(["--set", &format!("watchNamespace={ns}")]);

@@ -35,11 +35,18 @@ use crate::support::{
 
 const SLOW: Duration = Duration::from_secs(90);
 
-const METRICS_LIST: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md");
-const DASHBOARD: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/charts/tfjob-operator/files/grafana-dashboard.json"
-);
+static METRICS_LIST: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    crate::support::repo_dir()
+        .join("docs/metrics.md")
+        .display()
+        .to_string()
+});
+static DASHBOARD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    crate::support::repo_dir()
+        .join("charts/tfjob-operator/files/grafana-dashboard.json")
+        .display()
+        .to_string()
+});
 
 /// One row of `docs/metrics.md`.
 #[derive(Debug)]
@@ -77,7 +84,7 @@ fn ticked(cell: &str) -> String {
 
 /// The table of `docs/metrics.md`.
 fn metrics_list() -> Vec<Listed> {
-    let text = std::fs::read_to_string(METRICS_LIST).expect("docs/metrics.md");
+    let text = std::fs::read_to_string(METRICS_LIST.as_str()).expect("docs/metrics.md");
     let rows: Vec<Listed> = text
         .lines()
         .filter(|l| l.starts_with("| `"))
@@ -318,7 +325,7 @@ async fn every_exposed_metric_matches_the_committed_list() {
 
 /// Every query of the dashboard, its Grafana variables filled in.
 fn dashboard_queries() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(DASHBOARD).expect("the chart's dashboard");
+    let text = std::fs::read_to_string(DASHBOARD.as_str()).expect("the chart's dashboard");
     let dashboard: Value = serde_json::from_str(&text).expect("the dashboard is JSON");
     let mut queries = Vec::new();
     let mut panels: Vec<&Value> = dashboard["panels"]
@@ -376,7 +383,7 @@ async fn every_dashboard_query_and_alert_rule_evaluates_on_a_real_scrape() {
         empty.join("\n  ")
     );
 
-    let alerts = std::fs::read_to_string(RULES)
+    let alerts = std::fs::read_to_string(RULES.as_str())
         .expect("the chart's rules")
         .lines()
         .filter(|l| l.trim_start().starts_with("- alert:"))
@@ -470,12 +477,12 @@ fn unix_now() -> u64 {
 /// Draws the dashboard's main panels from `prometheus` over [start, end]
 /// into `dir` (e2e/dashboard/run.sh), and checks every picture was written.
 fn draw_dashboard(prometheus: &Prometheus, dir: &std::path::Path, start: u64, end: u64) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/dashboard/run.sh");
+    let script = crate::support::repo_dir().join("e2e/dashboard/run.sh");
     let written = run_ok(
         std::process::Command::new("bash")
             .arg(script)
             .arg(format!("http://127.0.0.1:{}", prometheus.port))
-            .arg(DASHBOARD)
+            .arg(DASHBOARD.as_str())
             .arg(dir)
             .args([start.to_string(), end.to_string()]),
     );

@@ -49,7 +49,7 @@ pub fn crd_flavor() -> CrdFlavor {
 fn crd_file() -> PathBuf {
     match crd_flavor() {
         CrdFlavor::Ours => {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/kubeflow.org_tfjobs.yaml")
+            crate::support::repo_dir().join("crds/kubeflow.org_tfjobs.yaml")
         }
         CrdFlavor::Kubeflow => std::env::var_os("TFJOB_E2E_KUBEFLOW_CRD")
             .map(PathBuf::from)

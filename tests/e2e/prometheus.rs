@@ -18,10 +18,12 @@ use crate::support::{bin_dir, cluster_dir, wait_until};
 pub const JOB: &str = "tfjob-operator";
 
 /// The chart's alert rules, loaded into every Prometheus started here.
-pub const RULES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/charts/tfjob-operator/files/prometheus-rules.yaml"
-);
+pub static RULES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    crate::support::repo_dir()
+        .join("charts/tfjob-operator/files/prometheus-rules.yaml")
+        .display()
+        .to_string()
+});
 
 pub struct Prometheus {
     child: Option<Child>,
@@ -31,7 +33,7 @@ pub struct Prometheus {
 
 impl Prometheus {
     /// Starts Prometheus scraping `/metrics` on each of `metrics_ports`
-    /// (loopback) as job [`JOB`], every second, with [`RULES`] loaded.
+    /// (loopback) as job [`JOB`], every second, with [`RULES.as_str()`] loaded.
     pub fn start(metrics_ports: &[u16]) -> Self {
         Self::start_with(metrics_ports, None)
     }
@@ -72,9 +74,10 @@ impl Prometheus {
         };
         let config = format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-             rule_files:\n  - {RULES}\n\
+             rule_files:\n  - {rules}\n\
              scrape_configs:\n  - job_name: {JOB}\n{secure}    static_configs:\n      - targets: [{}]\n",
-            targets.join(", ")
+            targets.join(", "),
+            rules = RULES.as_str(),
         );
         let config_file = dir.join("prometheus.yml");
         std::fs::write(&config_file, config).expect("the Prometheus config");

@@ -19,7 +19,7 @@ async fn kubeflow_python_sdk_drives_a_job_end_to_end() {
     let kubeconfig = cluster_dir().join("kubeconfig");
     let out = tokio::task::spawn_blocking(move || {
         Command::new("bash")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/sdk/run.sh"))
+            .arg(crate::support::repo_dir().join("e2e/sdk/run.sh"))
             .arg(kubeconfig)
             .arg(&ns)
             .output()

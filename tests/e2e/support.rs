@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -39,6 +39,17 @@ pub const HELM_VERSION: &str = pinned("HELM_VERSION");
 pub const EXIT_CODE_ANNOTATION: &str = "e2e.tfjob-operator.local/exit-code";
 pub const EXIT_CONTAINER_ANNOTATION: &str = "e2e.tfjob-operator.local/exit-container";
 pub const EXIT_REASON_ANNOTATION: &str = "e2e.tfjob-operator.local/exit-reason";
+
+/// The checkout this runs from. Cargo sets `CARGO_MANIFEST_DIR` when it runs
+/// a test or bench as when it compiles one, and the run-time value is the one
+/// to trust: a target directory shared by two checkouts (CI's clone and a
+/// developer's) can hold a binary compiled in the other one, which cargo
+/// reuses when the sources are older than it, with the other path inside.
+pub fn repo_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
 
 /// How long `drive_pod_exit` waits for KWOK to act.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -121,7 +132,7 @@ pub fn kube_minor() -> u32 {
 pub fn cluster_dir() -> PathBuf {
     std::env::var_os("TFJOB_CLUSTER_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".cluster"))
+        .unwrap_or_else(|| repo_dir().join(".cluster"))
 }
 
 /// A value the harness exported in `<cluster dir>/env` (`ETCD_URL`,
@@ -525,7 +536,7 @@ fn dechunk(mut body: &str) -> String {
 /// [`restart_apiserver_async`]. Hold [`exclusive_cluster`] around it when other
 /// tests must not see the outage.
 pub fn restart_apiserver() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/cluster.sh");
+    let script = repo_dir().join("e2e/cluster.sh");
     let out = Command::new("bash")
         .arg(&script)
         .args(["restart", "apiserver"])

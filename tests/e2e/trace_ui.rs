@@ -131,9 +131,12 @@ async fn the_trace_ui_shows_a_new_job_passing_every_box_in_order_in_a_real_brows
     let job_key = format!("{ns}/tfjob-simple");
     let row = format!("document.querySelector('tr[data-key=\"{job_key}\"]')");
     let until = format!("{row} && {row}.dataset.trail.split(' ').includes('write')");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/trace_ui_browser.py");
+    let script = crate::support::repo_dir()
+        .join("e2e/trace_ui_browser.py")
+        .display()
+        .to_string();
     let browser = Command::new("python3")
-        .args([script, &url, &until, "60"])
+        .args([script.as_str(), &url, &until, "60"])
         .arg(&screenshot)
         .arg("box-reflector")
         .stdout(Stdio::piped())

@@ -259,10 +259,13 @@ async fn network_faults(all_namespaces: bool) {
     let restarts_before = op.restarts;
     let log_from = op.log_mark();
     compact_etcd(&client).await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/cluster.sh");
+    let script = crate::support::repo_dir()
+        .join("e2e/cluster.sh")
+        .display()
+        .to_string();
     tokio::task::spawn_blocking(move || {
         crate::support::run_ok(std::process::Command::new("bash").args([
-            script,
+            script.as_str(),
             "restart",
             "apiserver",
             "--alone",

@@ -34,11 +34,16 @@ const POLL_EVERY: Duration = Duration::from_millis(500);
 pub fn cluster_dir() -> PathBuf {
     std::env::var_os("TFJOB_CLUSTER_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".cluster"))
+        .unwrap_or_else(|| repo_dir().join(".cluster"))
 }
 
-pub fn repo_dir() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+/// The checkout this runs from: cargo's run-time `CARGO_MANIFEST_DIR`, not
+/// the compile-time one (a target directory shared by two checkouts can hold
+/// a binary compiled in the other, which cargo reuses).
+pub fn repo_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 /// `KEY` from an env file the harness wrote (`export KEY=value` lines).

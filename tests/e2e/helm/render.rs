@@ -24,9 +24,15 @@ fn render(args: &[&str]) -> Vec<serde_yaml::Value> {
 /// [`render`] with another helm binary.
 fn render_with(mut helm: Command, args: &[&str]) -> Vec<serde_yaml::Value> {
     let out = run_ok(
-        helm.args(["template", "render", CHART, "--namespace", "tfjob-system"])
-            .args(["--kube-version", kube_version()])
-            .args(args),
+        helm.args([
+            "template",
+            "render",
+            CHART.as_str(),
+            "--namespace",
+            "tfjob-system",
+        ])
+        .args(["--kube-version", kube_version()])
+        .args(args),
     );
     serde_yaml::Deserializer::from_str(&out)
         .map(|doc| serde_yaml::Value::deserialize(doc).expect("valid YAML from helm"))
@@ -290,7 +296,7 @@ fn the_helm_test_pod_asks_the_metrics_service_and_no_operator_selector_matches_i
 #[test]
 #[ignore = "needs the harness-built helm and helm4: make e2e"]
 fn helm_3_and_helm_4_render_the_same_objects_from_every_values_file() {
-    let ci = std::path::Path::new(CHART).join("ci");
+    let ci = std::path::Path::new(CHART.as_str()).join("ci");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&ci)
         .expect("the chart's ci/ directory")
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -43,9 +43,10 @@ fn jaeger_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("TFJOB_JAEGER_BIN") {
         return PathBuf::from(bin);
     }
-    let tools = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/tools.sh");
+    let tools = crate::support::repo_dir().join("e2e/tools.sh");
     let out = Command::new("bash")
-        .args([tools, "--jaeger-bin"])
+        .arg(&tools)
+        .arg("--jaeger-bin")
         .output()
         .expect("bash e2e/tools.sh --jaeger-bin");
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
@@ -232,7 +233,12 @@ fn spans(trace: &Value) -> Vec<Span> {
         .collect()
 }
 
-const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/tfjob-operator");
+static CHART: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    crate::support::repo_dir()
+        .join("charts/tfjob-operator")
+        .display()
+        .to_string()
+});
 
 /// The operator's Deployment as the chart renders it with `--set` `values`.
 fn chart_deployment(values: &[String]) -> serde_yaml::Value {
@@ -240,7 +246,7 @@ fn chart_deployment(values: &[String]) -> serde_yaml::Value {
     template.args([
         "template",
         "traces",
-        CHART,
+        CHART.as_str(),
         "--namespace",
         "tfjob-system",
         "--show-only",
