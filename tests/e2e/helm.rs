@@ -42,19 +42,12 @@ use tfjob_operator::api::types::TFJob;
 use crate::examples::{apply_example, wait_condition, wait_pods_running};
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{
-    EXIT_CODE_ANNOTATION, client, client_with_token, cluster_dir, drive_pod_exit, helm,
+    CHART, EXIT_CODE_ANNOTATION, client, client_with_token, cluster_dir, drive_pod_exit, helm,
     kube_version, kubectl, random_suffix, run_ok, shared_cluster, test_namespace, wait_until,
 };
 
 mod metrics_auth;
 mod render;
-
-static CHART: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    crate::support::repo_dir()
-        .join("charts/tfjob-operator")
-        .display()
-        .to_string()
-});
 
 /// An installed release; uninstalled on drop, so a passing test leaves no
 /// cluster-scoped objects behind (and a failing one usually does not either).

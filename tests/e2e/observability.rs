@@ -35,17 +35,10 @@ use crate::support::{
 
 const SLOW: Duration = Duration::from_secs(90);
 
-static METRICS_LIST: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    crate::support::repo_dir()
-        .join("docs/metrics.md")
-        .display()
-        .to_string()
-});
+static METRICS_LIST: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| crate::support::repo_file("docs/metrics.md"));
 static DASHBOARD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    crate::support::repo_dir()
-        .join("charts/tfjob-operator/files/grafana-dashboard.json")
-        .display()
-        .to_string()
+    crate::support::repo_file("charts/tfjob-operator/files/grafana-dashboard.json")
 });
 
 /// One row of `docs/metrics.md`.

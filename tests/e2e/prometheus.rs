@@ -19,10 +19,7 @@ pub const JOB: &str = "tfjob-operator";
 
 /// The chart's alert rules, loaded into every Prometheus started here.
 pub static RULES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    crate::support::repo_dir()
-        .join("charts/tfjob-operator/files/prometheus-rules.yaml")
-        .display()
-        .to_string()
+    crate::support::repo_file("charts/tfjob-operator/files/prometheus-rules.yaml")
 });
 
 pub struct Prometheus {

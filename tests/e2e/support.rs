@@ -51,6 +51,14 @@ pub fn repo_dir() -> std::path::PathBuf {
         .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
+/// `rel` under [`repo_dir`], as a string for command lines.
+pub fn repo_file(rel: &str) -> String {
+    repo_dir().join(rel).display().to_string()
+}
+
+/// The Helm chart's directory.
+pub static CHART: LazyLock<String> = LazyLock::new(|| repo_file("charts/tfjob-operator"));
+
 /// How long `drive_pod_exit` waits for KWOK to act.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL_EVERY: Duration = Duration::from_millis(200);

@@ -28,12 +28,8 @@ use crate::harness::{
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{client, kubectl, run_ok, test_namespace, wait_until};
 
-static CRD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    crate::support::repo_dir()
-        .join("crds/kubeflow.org_tfjobs.yaml")
-        .display()
-        .to_string()
-});
+static CRD: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| crate::support::repo_file("crds/kubeflow.org_tfjobs.yaml"));
 const REASON: &str = "FailedToDecode";
 const DECODE_FAILURES: &str = "tfjob_operator_informer_decode_failures_total";
 

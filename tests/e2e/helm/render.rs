@@ -11,7 +11,7 @@ use std::process::Command;
 
 use serde::Deserialize;
 
-use super::CHART;
+use crate::support::CHART;
 use crate::support::{bin_dir, helm, kube_version, run_ok};
 
 /// `helm template` of the chart (release `render` in `tfjob-system`, for the

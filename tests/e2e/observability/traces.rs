@@ -233,12 +233,7 @@ fn spans(trace: &Value) -> Vec<Span> {
         .collect()
 }
 
-static CHART: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    crate::support::repo_dir()
-        .join("charts/tfjob-operator")
-        .display()
-        .to_string()
-});
+use crate::support::CHART;
 
 /// The operator's Deployment as the chart renders it with `--set` `values`.
 fn chart_deployment(values: &[String]) -> serde_yaml::Value {
