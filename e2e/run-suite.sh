@@ -125,6 +125,7 @@ KUBEFLOW_CRD_TESTS=(
   tfjob::suspend_deletes_pods_and_resume_recreates_them
   gang::a_gang_that_does_not_fit_
   gang::the_group_follows_
+  gang::a_scheduling_policy_added_later_
   restarting::
   kubeflow_crd::
 )

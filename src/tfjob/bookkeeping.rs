@@ -2,8 +2,9 @@
 //! it again: restarts so far (counted against `backoffLimit`), the indexes
 //! that already succeeded (never run again after their Pod is gone), which
 //! failed Pods are already counted, the kubelet's in-place restarts seen so
-//! far (a Pod's `restartCount` is lost with the Pod), and whether unfinished
-//! Pods must still be stopped after a deadline or backoff failure.
+//! far (a Pod's `restartCount` is lost with the Pod), whether unfinished
+//! Pods must still be stopped after a deadline or backoff failure, and
+//! whether the user was told the job's Pods cannot join the gang it asks for.
 //!
 //! It lives in one annotation on the TFJob, [`ANNOTATION`], not in
 //! `.status`: Kubeflow's own CRD (which users who migrate keep installed)
@@ -58,6 +59,11 @@ pub struct Bookkeeping {
     /// pending Pods are stopped on every pass until they are gone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stop_unfinished: bool,
+    /// The job asks for a gang but its Pods were created without one
+    /// (`schedulingPolicy` added later, [`super::gang::outside_a_gang`]): the
+    /// Warning was given, once; forgotten when the job has no Pods left.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub outside_a_gang: bool,
 }
 
 /// One Pod's in-place restarts, and its replica type (to add them to the
@@ -197,6 +203,7 @@ impl Bookkeeping {
         self.restarts != stored.restarts
             || self.succeeded_indexes != stored.succeeded_indexes
             || self.stop_unfinished != stored.stop_unfinished
+            || self.outside_a_gang != stored.outside_a_gang
             || !self.counted_pods.is_subset(&stored.counted_pods)
             || self.in_place_pods.iter().any(|(uid, p)| {
                 stored

@@ -17,12 +17,19 @@
 //! - what to do about the group we see ([`next_step`]): create it before the
 //!   first Pod, fix `minCount` after scaling, wait while an old group is still
 //!   being deleted (a resumed job gets a fresh one), delete it on suspend;
-//! - each Pod's reference to it ([`PodInGroup`]: `spec.schedulingGroup`);
+//! - each Pod's reference to it ([`PodInGroup`]: `spec.schedulingGroup`,
+//!   and our [`ANNOTATION_POD_GROUP`] so the cache, which keeps no specs,
+//!   can tell);
+//! - a job whose Pods were created outside a gang it now asks for
+//!   ([`outside_a_gang`]: `schedulingPolicy` added after creation): it runs
+//!   on without one, with a Warning ([`outside_a_gang_warning`]);
 //! - why the gang waits ([`unplaced`]): the scheduler's verdict on the
 //!   group, for the job's status and a Warning.
 //!
 //! Kubeflow gets the same from Volcano or scheduler-plugins (their own
 //! PodGroup CRDs and schedulers); see docs/kubeflow-compatibility.md.
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde::Serialize;
@@ -32,6 +39,13 @@ use crate::api::pod_group::{
     GangSchedulingPolicy, PodGroup, PodGroupSpec, REASON_UNSCHEDULABLE, SchedulingPolicy,
 };
 use crate::api::types::{SchedulingPolicy as JobSchedulingPolicy, TFJob};
+use crate::tfjob::cached::CachedPod;
+
+/// Set on every Pod created in a group, to the group's name: the Pod
+/// informer caches metadata, not the spec's `schedulingGroup`, and the
+/// plan must tell a Pod in a gang from one created without
+/// ([`outside_a_gang`]).
+pub const ANNOTATION_POD_GROUP: &str = "tfjob-operator.kubeflow.org/pod-group";
 
 /// `--gang-scheduling`: when jobs get a PodGroup.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -296,6 +310,50 @@ pub fn next_step(seen: Option<&PodGroup>, wanted: &PodGroup, job_uid: &str) -> S
     }
 }
 
+/// Whether a job that asks for a gang has live Pods that were created
+/// without one: `schedulingPolicy` added after creation (or the operator
+/// restarted with `--gang-scheduling=on`). Some Pod is not being deleted,
+/// none of them carries [`ANNOTATION_POD_GROUP`], and there is no live group
+/// of the job's (a group is created before its Pods, so Pods without it
+/// predate it; the annotation covers the moment the cache shows our new
+/// Pods but not yet the group created just before them).
+///
+/// Such a job gets no group: its Pods cannot join one (a Pod's
+/// `spec.schedulingGroup` is immutable), and a group that only its
+/// replacement Pods joined would hold them back forever — the scheduler's
+/// GangScheduling plugin queues a group's Pods only once `minCount` of them
+/// exist. Kubeflow never meets this case: with Volcano or scheduler-plugins
+/// on, every job's Pods carry a group from the start.
+pub fn outside_a_gang(pods: &[Arc<CachedPod>], group: Option<&PodGroup>, job_uid: &str) -> bool {
+    let mut live = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .peekable();
+    if live.peek().is_none() || group.is_some_and(|g| is_ours_and_live(g, job_uid)) {
+        return false;
+    }
+    !live.any(|p| {
+        p.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(ANNOTATION_POD_GROUP))
+    })
+}
+
+/// The Warning for a job [`outside_a_gang`]: the field, what happens, and
+/// how to get a gang.
+pub fn outside_a_gang_warning(pods: usize) -> String {
+    format!(
+        "spec.runPolicy.schedulingPolicy asks for a gang, but the job's {pods} Pod(s) were created \
+         without one (the policy was added after they were, or the operator now runs with \
+         --gang-scheduling=on) and cannot join a PodGroup: a Pod's spec.schedulingGroup is \
+         immutable. The job runs on without a gang, and Pods re-created for it join none either \
+         (a group only they joined would never reach its minCount). For a gang, suspend and \
+         resume the job (spec.runPolicy.suspend: true, then false): its Pods are re-created in a \
+         fresh PodGroup."
+    )
+}
+
 /// The scheduler could not place the gang: what it said, and (when its
 /// message says so) how many Pods fit of how many are needed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -345,8 +403,8 @@ fn scheduled_count(message: &str, needed: i32) -> Option<i32> {
     n.trim().parse().ok()
 }
 
-/// A Pod with `spec.schedulingGroup.podGroupName` set, as sent to the API
-/// server. The field is Kubernetes 1.36+, and our k8s-openapi types are
+/// A Pod with `spec.schedulingGroup.podGroupName` (and
+/// [`ANNOTATION_POD_GROUP`]) set, as sent to the API server. The field is Kubernetes 1.36+, and our k8s-openapi types are
 /// 1.33's (`earliest`), so it is added to the Pod's JSON here rather than
 /// through the type (which would also change the CRD's PodTemplateSpec
 /// schema generated from it).
@@ -368,6 +426,16 @@ impl Serialize for PodInGroup<'_> {
             "schedulingGroup".into(),
             serde_json::json!({ "podGroupName": self.group }),
         );
+        let metadata = value
+            .get_mut("metadata")
+            .and_then(|m| m.as_object_mut())
+            .ok_or_else(|| S::Error::custom("a Pod to create has no metadata"))?;
+        let annotations = metadata
+            .entry("annotations")
+            .or_insert_with(|| serde_json::json!({}));
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(ANNOTATION_POD_GROUP.into(), self.group.into());
+        }
         value.serialize(s)
     }
 }

@@ -209,5 +209,14 @@ fn a_pod_in_a_group_carries_the_scheduling_group_and_stays_whole() {
     );
     assert_eq!(json["kind"], "Pod");
     assert_eq!(json["metadata"]["name"], "j-worker-0");
+    // Said in the metadata too, which the Pod cache keeps (the spec it does not).
+    assert_eq!(
+        json["metadata"]["annotations"][super::ANNOTATION_POD_GROUP],
+        "j"
+    );
+    assert_eq!(
+        json["metadata"]["labels"]["training.kubeflow.org/job-name"], "j",
+        "the template's metadata is kept"
+    );
     assert_eq!(json["spec"]["containers"][0]["name"], "tensorflow");
 }

@@ -48,7 +48,7 @@ use crate::api::pod_group::PodGroup;
 use super::bookkeeping::Bookkeeping;
 use super::children::{ChildContext, owner_reference, replica_of};
 use super::conditions::{self, is_finished, is_true};
-use super::gang::{self, GangScheduling, Step, Unplaced};
+use super::gang::{self, GangScheduling, Unplaced};
 use super::index_set;
 use super::kueue::gate::{self as kueue_gate, PodPlacement, Seen, WorkloadWrite};
 use super::lost_node::{STUCK_POD_RECHECK, stuck_on_lost_node};
@@ -57,9 +57,11 @@ use super::schema::StatusSchema;
 use super::tf_config::replica_name;
 
 mod dispatched;
+mod pod_group;
 mod stop;
 mod tally;
 use dispatched::dispatched;
+use pod_group::{plan_pod_group, runs_outside_its_gang};
 use stop::{kueue_gates, suspend};
 use tally::{Tally, phase, terminating};
 
@@ -447,7 +449,8 @@ fn plan_into(
     }
 
     // Converge children toward the spec: the gang's group first.
-    let may_create_pods = !cfg.gang.wants(job) || plan_pod_group(p, obs, &spec, &owner, name);
+    let in_gang = cfg.gang.wants(job) && !runs_outside_its_gang(p, books, obs);
+    let may_create_pods = !in_gang || plan_pod_group(p, obs, &spec, &owner, name);
     for &(rtype, index) in tally.missing_pods.iter().filter(|_| may_create_pods) {
         if ctx.can_build_pod(rtype) {
             let name = replica_name(name, rtype, index);
@@ -475,35 +478,6 @@ fn plan_into(
             p.actions.push(Action::DeleteService { name: name.clone() });
         }
     }
-}
-
-/// The job's PodGroup before its Pods: create it, or set its `minCount`
-/// after scaling. False when no Pod may be created yet (an old group of
-/// the job's name is still there); the Pods created otherwise join the group.
-fn plan_pod_group(
-    p: &mut Plan,
-    obs: &Observed<'_>,
-    spec: &JobSpec<'_>,
-    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
-    name: &str,
-) -> bool {
-    let uid = obs.job.metadata.uid.as_deref().unwrap_or_default();
-    let wanted = gang::desired(obs.job, spec, name, owner);
-    match gang::next_step(obs.pod_group, &wanted, uid) {
-        Step::Create => p.actions.push(Action::CreatePodGroup(Box::new(wanted))),
-        Step::SetMinCount(min_count) => p.actions.push(Action::SetPodGroupMinCount {
-            name: gang::group_name(name).to_owned(),
-            min_count,
-        }),
-        Step::Ready => {}
-        Step::Wait(why) => {
-            p.event(false, event::WAITING_FOR_POD_GROUP, why);
-            p.requeue_in(POD_GROUP_WAIT);
-            return false;
-        }
-    }
-    p.pod_group = Some(gang::group_name(name).to_owned());
-    true
 }
 
 fn in_spec(spec: &JobSpec, rtype: ReplicaType, index: i32) -> bool {

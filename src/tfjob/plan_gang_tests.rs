@@ -306,3 +306,98 @@ fn once_the_gang_runs_the_created_condition_has_kubeflows_reason_again() {
     assert_eq!(created.reason.as_deref(), Some("TFJobCreated"));
     assert!(events(&p, "GangUnschedulable").is_empty());
 }
+
+/// A Pod of `job` as the operator creates it in the group: with the
+/// annotation that says so (its spec's `schedulingGroup` is not cached).
+fn pod_in_group(job: &TFJob, index: i32) -> Arc<CachedPod> {
+    let mut pod = (*pending_pod(job, index, false)).clone();
+    pod.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(super::gang::ANNOTATION_POD_GROUP.into(), "j".into());
+    Arc::new(pod)
+}
+
+/// `job` with the bookkeeping `p` wrote.
+fn with_books(job: &TFJob, p: &Plan) -> TFJob {
+    let mut job = job.clone();
+    let books = p.bookkeeping.as_ref().expect("bookkeeping to write");
+    job.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(super::bookkeeping::ANNOTATION.into(), books.to_annotation());
+    job
+}
+
+#[test]
+fn a_scheduling_policy_added_after_the_pods_makes_no_group_and_warns_once() {
+    // Two of three Workers exist, created without a gang; the third is
+    // missing (a replacement). The policy was added since.
+    let j = job(3, true);
+    let pods = [pending_pod(&j, 0, false), pending_pod(&j, 1, false)];
+    let p = run(&j, &pods, None, GangScheduling::Auto);
+    assert!(
+        !p.actions
+            .iter()
+            .any(|a| matches!(a, Action::CreatePodGroup(_))),
+        "a group only the replacement joined would never reach minCount: {:?}",
+        p.actions
+    );
+    assert_eq!((creates_pods(&p), p.pod_group.as_deref()), (1, None));
+    let warned = events(&p, "SchedulingPolicyIgnored");
+    assert_eq!(warned.len(), 1, "{:?}", p.events);
+    for needed in [
+        "spec.runPolicy.schedulingPolicy",
+        "2 Pod(s) were created without one",
+        "spec.schedulingGroup is immutable",
+        "runs on without a gang",
+        "spec.runPolicy.suspend",
+    ] {
+        assert!(warned[0].contains(needed), "{needed:?} in {}", warned[0]);
+    }
+    assert!(p.bookkeeping.as_ref().is_some_and(|b| b.outside_a_gang));
+
+    // The next pass remembers it warned: no second Warning, still no group.
+    let again = run(&with_books(&j, &p), &pods, None, GangScheduling::Auto);
+    assert!(events(&again, "SchedulingPolicyIgnored").is_empty());
+    assert_eq!(
+        (creates_pods(&again), again.pod_group.as_deref()),
+        (1, None)
+    );
+    assert!(again.bookkeeping.is_none(), "nothing new to remember");
+}
+
+#[test]
+fn with_gangs_on_a_job_whose_pods_predate_it_runs_without_a_group_too() {
+    let j = job(2, false);
+    let pods = [pending_pod(&j, 0, false)];
+    let p = run(&j, &pods, None, GangScheduling::On);
+    assert_eq!((creates_pods(&p), p.pod_group.as_deref()), (1, None));
+    assert_eq!(events(&p, "SchedulingPolicyIgnored").len(), 1);
+}
+
+#[test]
+fn our_own_new_pods_seen_before_their_group_still_join_it() {
+    // The Pod informer can deliver the Pods we just created before the
+    // PodGroup informer delivers the group created before them: the
+    // annotation tells they are in a gang.
+    let j = job(3, true);
+    let pods = [pod_in_group(&j, 0), pod_in_group(&j, 1)];
+    let p = run(&j, &pods, None, GangScheduling::Auto);
+    assert!(events(&p, "SchedulingPolicyIgnored").is_empty());
+    assert_eq!((creates_pods(&p), p.pod_group.as_deref()), (1, Some("j")));
+}
+
+#[test]
+fn a_job_that_ran_outside_its_gang_gets_one_once_its_pods_are_gone() {
+    let j = job(2, true);
+    let pods = [pending_pod(&j, 0, false), pending_pod(&j, 1, false)];
+    let late = run(&j, &pods, None, GangScheduling::Auto);
+    let j = with_books(&j, &late);
+    // Suspended and resumed: no Pods left. A fresh group, then the Pods in
+    // it, and the bookkeeping forgets (a later late policy warns again).
+    let p = run(&j, &[], None, GangScheduling::Auto);
+    assert!(matches!(p.actions.first(), Some(Action::CreatePodGroup(_))));
+    assert_eq!((creates_pods(&p), p.pod_group.as_deref()), (2, Some("j")));
+    assert!(p.bookkeeping.as_ref().is_some_and(|b| !b.outside_a_gang));
+}

@@ -18,5 +18,6 @@
 mod support;
 
 mod chart;
+mod gang;
 mod node;
 mod training;

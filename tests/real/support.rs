@@ -13,10 +13,11 @@
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -264,4 +265,75 @@ pub async fn wait_pod_ended(pods: &Api<Pod>, name: &str, timeout: Duration) -> P
 /// (the API server asks the kubelet on the node, by its IP).
 pub fn logs(namespace: &str, pod: &str) -> String {
     run_ok(kubectl().args(["logs", "-n", namespace, pod]))
+}
+
+/// The operator binary of this build, on the host, for one namespace
+/// (admin kubeconfig, default flags: `--gang-scheduling=auto`); killed when
+/// dropped, its log kept in the cluster's logs dir.
+pub struct Operator {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Operator {
+    pub fn start(namespace: &str) -> Self {
+        let logs = cluster_dir().join("logs");
+        std::fs::create_dir_all(&logs).expect("the cluster logs dir");
+        let log = logs.join(format!("operator-{namespace}.log"));
+        let file = std::fs::File::create(&log).expect("the operator log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_tfjob-operator"))
+            .arg("run")
+            .arg(format!("--namespace={namespace}"))
+            .args(["--leader-election-namespace", namespace])
+            // Port 0: no listener to collide with the other operators here.
+            .args(["--metrics-bind-address", "0"])
+            .args(["--health-probe-bind-address", "0"])
+            .env("KUBECONFIG", kubeconfig_path())
+            .env_remove("WATCH_NAMESPACE")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .stdout(Stdio::from(file.try_clone().expect("a log file handle")))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("failed to start the operator binary");
+        Self { child, log }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        eprintln!("operator log: {}", self.log.display());
+    }
+}
+
+/// Installs our TFJob CRD (`crds/`) unless one is there, and waits until it
+/// is served. The chart's test (which runs first in `make test-real`) leaves
+/// the chart's CRD installed; a suite run alone (`REAL_TEST_FILTER`) has none.
+pub async fn ensure_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    if crds
+        .get_opt("tfjobs.kubeflow.org")
+        .await
+        .ok()
+        .flatten()
+        .is_none()
+    {
+        let file = repo_dir().join("crds/kubeflow.org_tfjobs.yaml");
+        run_ok(kubectl().args(["apply", "--server-side", "-f"]).arg(&file));
+    }
+    wait_until(
+        "the TFJob CRD to be Established",
+        Duration::from_secs(60),
+        || async {
+            let crd = crds.get_opt("tfjobs.kubeflow.org").await.ok().flatten()?;
+            let established = crd
+                .status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            established.then_some(())
+        },
+    )
+    .await;
 }

@@ -25,7 +25,7 @@
 //! runs real TFJobs on kind and waits for their conditions.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -33,49 +33,11 @@ use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use tfjob_operator::api::types::TFJob;
 
-use crate::support;
+use crate::support::{self, Operator};
 
 /// One training on 2 cores shared with the control plane: ~1.5 min when
 /// the machine is quiet, several when it is not.
 const TRAINING_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// The operator binary of this build, on the host, for one namespace.
-struct Operator {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Operator {
-    fn start(namespace: &str) -> Self {
-        let logs = support::cluster_dir().join("logs");
-        std::fs::create_dir_all(&logs).expect("the cluster logs dir");
-        let log = logs.join(format!("operator-{namespace}.log"));
-        let file = std::fs::File::create(&log).expect("the operator log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_tfjob-operator"))
-            .arg("run")
-            .arg(format!("--namespace={namespace}"))
-            .args(["--leader-election-namespace", namespace])
-            // Port 0: no listener to collide with the other operators here.
-            .args(["--metrics-bind-address", "0"])
-            .args(["--health-probe-bind-address", "0"])
-            .env("KUBECONFIG", support::kubeconfig_path())
-            .env_remove("WATCH_NAMESPACE")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .stdout(Stdio::from(file.try_clone().expect("a log file handle")))
-            .stderr(Stdio::from(file))
-            .spawn()
-            .expect("failed to start the operator binary");
-        Self { child, log }
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        eprintln!("operator log: {}", self.log.display());
-    }
-}
 
 /// A namespace with the programs' ConfigMap and an operator for it.
 struct Setup {

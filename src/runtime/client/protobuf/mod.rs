@@ -413,6 +413,24 @@ mod tests {
     }
 
     #[test]
+    fn a_pods_scheduling_group_from_kubernetes_1_37_decodes() {
+        // `spec.schedulingGroup` (field 43, 1.36+): the gang a Pod joins
+        // (`src/tfjob/gang.rs`). Our k8s-openapi types are 1.33's, so it is
+        // read as JSON, as a client of the raw object would.
+        let pod = Builder::new(message_for::<Pod>().unwrap())
+            .message("metadata", |m| m.bytes("name", b"p"))
+            .message("spec", |spec| {
+                spec.message("schedulingGroup", |g| g.bytes("podGroupName", b"job"))
+            })
+            .bytes;
+        let decoded: serde_json::Value = decode(message_for::<Pod>().unwrap(), &pod).unwrap();
+        assert_eq!(
+            decoded["spec"]["schedulingGroup"],
+            serde_json::json!({"podGroupName": "job"})
+        );
+    }
+
+    #[test]
     fn unknown_fields_are_skipped_like_unknown_json_keys() {
         // Field 15 of the ConfigMap does not exist (a newer server's field).
         let mut cm = Builder::new(message_for::<ConfigMap>().unwrap())
