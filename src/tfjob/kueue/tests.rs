@@ -885,3 +885,17 @@ fn a_job_multikueue_dispatches_from_here_gets_its_workload_and_nothing_else() {
     );
     assert!(!plain.manage);
 }
+
+#[test]
+fn a_job_dispatched_through_spec_managed_by_gets_its_workload_and_nothing_else() {
+    // MultiKueue's generic adapter reads `.spec.managedBy`.
+    let mut job = job(2);
+    job.spec.managed_by = Some("kueue.x-k8s.io/multikueue".into());
+    let p = run_plan(&job, &[], &[]);
+    assert!(p.manage && p.status_is_remote);
+    assert!(matches!(
+        writes(&p).as_slice(),
+        [WorkloadWrite::Create { .. }]
+    ));
+    assert_eq!(creates_pods(&p), 0);
+}

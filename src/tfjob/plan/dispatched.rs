@@ -9,7 +9,7 @@ use crate::tfjob::kueue::gate as kueue_gate;
 use super::{Action, Observed, Plan};
 
 /// A job MultiKueue dispatches from this (manager) cluster
-/// (`runPolicy.managedBy: kueue.x-k8s.io/multikueue`): it runs on a worker,
+/// (`spec.managedBy` or `runPolicy.managedBy`: `kueue.x-k8s.io/multikueue`): it runs on a worker,
 /// and MultiKueue mirrors its status here. Without Kueue's built-in, its
 /// Workload is still the job controller's to create and finish (docs/kueue.md,
 /// "MultiKueue"); nothing else is done.
