@@ -136,6 +136,13 @@ e2e-other-version: ## The core e2e scenarios (smoke, the TFJob lifecycle, gangs 
 	KUBE_VERSION=$(OTHER_KUBE_VERSION) bash e2e/tools.sh
 	KUBE_VERSION=$(OTHER_KUBE_VERSION) bash e2e/run-suite.sh --core-only
 
+# MultiKueue across two local control planes (docs/kueue.md): ~4 min warm
+# (2.5 of them starting the clusters and Kueues), so not in `make test`;
+# .ci/run runs it when time is left.
+.PHONY: e2e-multikueue
+e2e-multikueue: cluster-tools ## MultiKueue: a manager and a worker control plane side by side, Kueue on both, TFJobs dispatched from one to the other (tests/e2e/multikueue.rs; the running setup, else a fresh one torn down afterwards)
+	bash e2e/multikueue.sh test
+
 .PHONY: kueue-up
 kueue-up: cluster-tools ## Start Kueue next to the running local cluster (stop: make kueue-down)
 	bash e2e/kueue.sh up
