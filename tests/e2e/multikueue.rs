@@ -15,6 +15,9 @@
 //! - the job runs on the worker only, and the manager's copy shows the
 //!   worker's status up to `Succeeded` (its Workload `Finished`);
 //! - deleting the job on the manager deletes it, and its Workload, on the worker;
+//! - only `spec.managedBy` dispatches: with `runPolicy.managedBy` alone Kueue
+//!   rejects the job ("Expecting .spec.managedBy ..."), with both the worker's
+//!   copy keeps `runPolicy.managedBy` and its operator warns instead of running it;
 //! - the worker cut off from the manager mid-run (its proxy stopped): with its
 //!   only worker gone, Kueue v0.17.0 keeps the job admitted (the
 //!   MultiKueueCluster goes inactive; the Workload reconciler finds no active
@@ -50,6 +53,7 @@ const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 const ORIGIN_LABEL: &str = "kueue.x-k8s.io/multikueue-origin";
 const PREBUILT_LABEL: &str = "kueue.x-k8s.io/prebuilt-workload-name";
 const JOB_NAME_LABEL: &str = "training.kubeflow.org/job-name";
+const MULTIKUEUE: &str = "kueue.x-k8s.io/multikueue";
 
 /// The cut test takes the worker away from every test: it runs alone.
 static CONNECTION: LazyLock<Arc<RwLock<()>>> = LazyLock::new(|| Arc::new(RwLock::new(())));
@@ -254,15 +258,28 @@ impl Env {
 
     /// Submits, on the manager, a job of two workers x 1 cpu for MultiKueue.
     async fn submit(&self, name: &str) {
+        self.submit_marked(name, 2, Some(MULTIKUEUE), None).await;
+    }
+
+    /// Submits, on the manager, a job of `workers` x 1 cpu with these
+    /// `spec.managedBy` and `spec.runPolicy.managedBy`.
+    async fn submit_marked(
+        &self,
+        name: &str,
+        workers: i32,
+        managed_by: Option<&str>,
+        run_policy_managed_by: Option<&str>,
+    ) {
         let mut job = TfJobFixture::new(name)
-            .workers(2)
+            .workers(workers)
             .namespace(&self.ns)
             .build();
         job.metadata
             .labels
             .get_or_insert_with(BTreeMap::new)
             .insert(QUEUE_LABEL.into(), "queue".into());
-        job.spec.managed_by = Some("kueue.x-k8s.io/multikueue".into());
+        job.spec.managed_by = managed_by.map(str::to_owned);
+        job.spec.run_policy.managed_by = run_policy_managed_by.map(str::to_owned);
         for c in job
             .spec
             .tf_replica_specs
@@ -419,6 +436,58 @@ async fn a_job_submitted_to_the_manager_runs_on_the_worker_and_its_status_comes_
         has_condition(&w.data, "Finished").then_some(())
     })
     .await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+#[ignore = "needs the MultiKueue setup: make e2e-multikueue"]
+async fn run_policy_managed_by_alone_is_rejected_and_with_both_the_worker_warns() {
+    // Why our CRD has spec.managedBy (docs/kueue.md): Kueue's generic
+    // adapter reads and clears that path only.
+    let _connection = CONNECTION.clone().read_owned().await;
+    let Some(env) = Env::new("mk-paths").await else {
+        return;
+    };
+    // runPolicy.managedBy alone: the adapter says the job is not Kueue's,
+    // the check is Rejected, and the job never leaves the manager.
+    env.submit_marked("old-path", 1, None, Some(MULTIKUEUE))
+        .await;
+    let what = format!("the multikueue check to reject old-path ({})", env.logs());
+    let message = wait_until(&what, SLOW, || async {
+        let w = env.manager_workload().await?;
+        let check = w.data["status"]["admissionChecks"]
+            .as_array()?
+            .iter()
+            .find(|c| c["name"] == "multikueue" && c["state"] == "Rejected")?
+            .clone();
+        check["message"].as_str().map(str::to_owned)
+    })
+    .await;
+    assert!(
+        message.contains("Expecting .spec.managedBy"),
+        "Kueue's reason changed: {message}"
+    );
+    assert!(env.worker.job(&env.ns, "old-path").await.is_none());
+    // Both paths: dispatched, but the worker's copy keeps runPolicy.managedBy;
+    // its operator runs nothing and says why.
+    env.submit_marked("both-paths", 1, Some(MULTIKUEUE), Some(MULTIKUEUE))
+        .await;
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(env.worker.client.clone(), &env.ns);
+    let what = format!(
+        "a MultiKueueCopyNotRun Warning on the worker ({})",
+        env.logs()
+    );
+    wait_until(&what, SLOW, || async {
+        let lp = ListParams::default().fields("involvedObject.name=both-paths");
+        let list = events.list(&lp).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("MultiKueueCopyNotRun"))
+            .then_some(())
+    })
+    .await;
+    assert!(env.worker.pods(&env.ns, "both-paths").await.is_empty());
     env.cleanup().await;
 }
 
