@@ -10,6 +10,11 @@
 #             (--kueue=workload/auto, src/tfjob/kueue/); waitForPodsReady on, with
 #             timeout TFJOB_KUEUE_PODS_READY_TIMEOUT (default 20s), so every
 #             job also proves the operator's PodsReady
+#   manager   a MultiKueue manager (e2e/multikueue.sh): as `workload`, without
+#             waitForPodsReady (no Pod runs here), plus multiKueue.externalFrameworks:
+#             [TFJob.v1.kubeflow.org] (the generic adapter, feature gate
+#             MultiKueueAdaptersForCustomJobs) and a workerLostTimeout of
+#             TFJOB_MULTIKUEUE_WORKER_LOST_TIMEOUT (default 20s)
 #
 # The mode is written to $TFJOB_CLUSTER_DIR/kueue/mode for the tests.
 #
@@ -56,11 +61,15 @@ NS_LABEL=tfjob-operator.e2e/kueue
 WEBHOOKS="clusterqueue cohort resourceflavor workload tfjob"
 MODE="${TFJOB_KUEUE_MODE:-builtin}"
 case "$MODE" in
-  builtin | workload) ;;
-  *) die "TFJOB_KUEUE_MODE=$MODE: use builtin or workload" ;;
+  builtin | workload | manager) ;;
+  *) die "TFJOB_KUEUE_MODE=$MODE: use builtin, workload or manager" ;;
 esac
 # Without the built-in, Kueue has no TFJob webhook to install.
-[[ "$MODE" == workload ]] && WEBHOOKS="clusterqueue cohort resourceflavor workload"
+[[ "$MODE" != builtin ]] && WEBHOOKS="clusterqueue cohort resourceflavor workload"
+FEATURE_GATES=VisibilityOnDemand=false
+# Beta and on by default in v0.17.0 (pkg/features/kube_features.go): named so
+# the dependency is plain, and a Kueue that dropped the gate fails loudly.
+[[ "$MODE" == manager ]] && FEATURE_GATES="$FEATURE_GATES,MultiKueue=true,MultiKueueAdaptersForCustomJobs=true"
 
 kubectl_admin() { "$(bin_dir)/kubectl" --kubeconfig "$D/kubeconfig" "$@"; }
 
@@ -209,6 +218,21 @@ integrations:
   - batch/job
   externalFrameworks:
   - TFJob.v1.kubeflow.org
+EOF
+  fi
+  if [[ "$MODE" == manager ]]; then
+    # origin: the label value on every object MultiKueue makes on a worker
+    # (its garbage collector deletes those whose manager copy is gone).
+    cat >>"$K/config.yaml" <<EOF
+multiKueue:
+  origin: tfjob-e2e-manager
+  gcInterval: 30s
+  workerLostTimeout: ${TFJOB_MULTIKUEUE_WORKER_LOST_TIMEOUT:-20s}
+  externalFrameworks:
+  - name: TFJob.v1.kubeflow.org
+EOF
+  elif [[ "$MODE" == workload ]]; then
+    cat >>"$K/config.yaml" <<EOF
 waitForPodsReady:
   timeout: ${TFJOB_KUEUE_PODS_READY_TIMEOUT:-20s}
   recoveryTimeout: ${TFJOB_KUEUE_PODS_READY_TIMEOUT:-20s}
@@ -328,7 +352,7 @@ cmd_up() {
   # shellcheck disable=SC2016 # $$, $0 and $@ belong to the inner shell
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$PID_FILE" \
     env KUBECONFIG="$D/kubeconfig" "$bin" --config "$K/config.yaml" \
-    --feature-gates=VisibilityOnDemand=false \
+    --feature-gates="$FEATURE_GATES" \
     >>"$LOG_FILE" 2>&1 </dev/null &
   local i
   for i in $(seq 50); do

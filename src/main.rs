@@ -242,8 +242,9 @@ async fn run(
             handle_signals: true,
         },
     );
-    let (status_schema, unknown) = StatusSchema::detect(&client).await;
-    match &unknown {
+    let detected = StatusSchema::detect(&client).await;
+    let status_schema = detected.schema;
+    match &detected.unreadable {
         None => {
             tracing::info!(crd = CRD_NAME, schema = %status_schema, "detected the TFJob CRD's status schema")
         }
@@ -254,6 +255,10 @@ async fn run(
     manager
         .readiness()
         .add_detail(format!("crd {CRD_NAME}: {status_schema}"));
+    if let Some(note) = detected.multikueue_note() {
+        tracing::info!(crd = CRD_NAME, "{note}");
+        manager.readiness().add_detail(note);
+    }
     let gang = gang::detect(&client, args.gang_scheduling)
         .await
         .map_err(anyhow::Error::msg)?;

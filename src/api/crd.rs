@@ -183,6 +183,38 @@ fn add_validation(crd: &mut Value) {
             "spec.runPolicy.managedBy: is immutable: it cannot be set or removed after the TFJob is created",
         )],
     );
+    add_top_level_managed_by(spec);
+}
+
+/// `spec.managedBy` (ours, not Kubeflow's: where MultiKueue's generic
+/// adapter reads it) takes `runPolicy.managedBy`'s values and rules, and the
+/// two may not disagree.
+fn add_top_level_managed_by(spec: &mut Value) {
+    let managed_by = at(spec, &["managedBy"]);
+    push_rules(
+        managed_by,
+        vec![
+            rule(
+                "self in ['kubeflow.org/training-operator', 'kueue.x-k8s.io/multikueue']",
+                "spec.managedBy: must be kubeflow.org/training-operator or kueue.x-k8s.io/multikueue",
+            ),
+            rule("self == oldSelf", "spec.managedBy: is immutable"),
+        ],
+    );
+    set(managed_by, "maxLength", json!(63));
+    push_rules(
+        spec,
+        vec![
+            rule(
+                "has(self.managedBy) == has(oldSelf.managedBy)",
+                "spec.managedBy: is immutable: it cannot be set or removed after the TFJob is created",
+            ),
+            rule(
+                "!has(self.managedBy) || !has(self.runPolicy) || !has(self.runPolicy.managedBy) || self.managedBy == self.runPolicy.managedBy",
+                "spec.managedBy: must equal spec.runPolicy.managedBy when both are set (for MultiKueue, set only spec.managedBy)",
+            ),
+        ],
+    );
 }
 
 #[cfg(test)]
@@ -314,5 +346,37 @@ mod tests {
             &containers["items"]["properties"]["ports"]["items"]["properties"]["containerPort"];
         assert!(port.get("type").is_some(), "{port}");
         assert_eq!(port["maximum"].as_f64(), Some(65535.0));
+    }
+
+    #[test]
+    fn spec_managed_by_has_run_policys_values_and_may_not_contradict_it() {
+        let s = schema();
+        let spec = &s["properties"]["spec"];
+        let top = &spec["properties"]["managedBy"];
+        assert_eq!(top["type"], "string", "{top}");
+        assert_eq!(top["maxLength"], 63);
+        let rules = |v: &Value| -> Vec<String> {
+            v["x-kubernetes-validations"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|r| r["rule"].as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let rp = &spec["properties"]["runPolicy"]["properties"]["managedBy"];
+        assert_eq!(rules(top), rules(rp), "the same values, immutable");
+        let on_spec = rules(spec);
+        assert!(
+            on_spec
+                .iter()
+                .any(|r| r == "has(self.managedBy) == has(oldSelf.managedBy)")
+        );
+        assert!(
+            on_spec
+                .iter()
+                .any(|r| r.contains("self.managedBy == self.runPolicy.managedBy"))
+        );
     }
 }

@@ -3,10 +3,11 @@
 //!
 //! JSON names, optionality and value sets match Kubeflow exactly, so a manifest
 //! written for Kubeflow applies unchanged and tools that read TFJob status
-//! (kubectl, the `kubeflow-training` Python SDK) read ours unchanged. Our one
-//! addition is `status.observedGeneration` plus a `restarts` counter per
-//! replica type (needed to honour `backoffLimit` across operator restarts);
-//! clients that do not know them ignore them.
+//! (kubectl, the `kubeflow-training` Python SDK) read ours unchanged. Our
+//! additions are `status.observedGeneration` plus a `restarts` counter per
+//! replica type (needed to honour `backoffLimit` across operator restarts),
+//! and `spec.managedBy` (where Kueue's MultiKueue looks for it,
+//! docs/kueue.md); clients that do not know them ignore them.
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
@@ -15,6 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::api::constants::MANAGED_BY_THIS_OPERATOR;
 
 /// TFJobSpec is the desired state of a distributed TensorFlow training job.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -64,6 +67,32 @@ pub struct TFJobSpec {
     /// (sparse form), and Worker failures do not fail the job.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub enable_dynamic_worker: bool,
+
+    /// The controller that manages this job, where batch/v1 Jobs, JobSets
+    /// and Kueue's MultiKueue look for it: the same values and meaning as
+    /// `runPolicy.managedBy`, which it may not contradict. Set this one (not
+    /// `runPolicy.managedBy`) to `kueue.x-k8s.io/multikueue` to have
+    /// MultiKueue dispatch the job: it removes this field from the worker's
+    /// copy, which this operator then runs. Not in Kubeflow's CRD (pruned
+    /// there). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_by: Option<String>,
+}
+
+impl TFJobSpec {
+    /// Who manages the job, from `spec.managedBy` or `runPolicy.managedBy`.
+    /// Our CRD refuses the two disagreeing; where they still do (a CRD
+    /// without that rule), the one naming another controller wins, so a
+    /// job is never run by two.
+    pub fn effective_managed_by(&self) -> Option<&str> {
+        let top = self.managed_by.as_deref();
+        let run_policy = self.run_policy.managed_by.as_deref();
+        match (top, run_policy) {
+            (Some(t), _) if t != MANAGED_BY_THIS_OPERATOR => Some(t),
+            (_, Some(r)) if r != MANAGED_BY_THIS_OPERATOR => Some(r),
+            (t, r) => t.or(r),
+        }
+    }
 }
 
 /// One replica type of the job.
@@ -285,6 +314,44 @@ fn is_zero(n: &i32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::constants::MANAGED_BY_MULTIKUEUE;
+
+    #[test]
+    fn either_managed_by_field_says_who_manages_the_job() {
+        let spec = |top: Option<&str>, run_policy: Option<&str>| TFJobSpec {
+            managed_by: top.map(str::to_owned),
+            run_policy: RunPolicy {
+                managed_by: run_policy.map(str::to_owned),
+                ..RunPolicy::default()
+            },
+            ..TFJobSpec::default()
+        };
+        let ours = Some(MANAGED_BY_THIS_OPERATOR);
+        let mk = Some(MANAGED_BY_MULTIKUEUE);
+        assert_eq!(spec(None, None).effective_managed_by(), None);
+        assert_eq!(spec(mk, None).effective_managed_by(), mk);
+        assert_eq!(spec(None, mk).effective_managed_by(), mk);
+        assert_eq!(spec(ours, None).effective_managed_by(), ours);
+        assert_eq!(spec(None, ours).effective_managed_by(), ours);
+        // Disagreeing (our CRD refuses it, a CRD without the rule may not):
+        // the other controller wins, whichever field names it.
+        assert_eq!(spec(ours, mk).effective_managed_by(), mk);
+        assert_eq!(spec(mk, ours).effective_managed_by(), mk);
+    }
+
+    #[test]
+    fn spec_managed_by_reads_and_writes_where_multikueue_looks() {
+        let json = serde_json::json!({
+            "managedBy": "kueue.x-k8s.io/multikueue",
+            "tfReplicaSpecs": {}
+        });
+        let spec: TFJobSpec = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(spec.managed_by.as_deref(), Some(MANAGED_BY_MULTIKUEUE));
+        assert_eq!(
+            serde_json::to_value(&spec).unwrap()["managedBy"],
+            json["managedBy"]
+        );
+    }
 
     #[test]
     fn a_replica_spec_is_small_enough_to_sit_in_a_b_tree_node_eleven_times() {

@@ -208,7 +208,7 @@ pub fn plan(obs: &Observed<'_>, cfg: &PlanConfig) -> Plan {
     ) else {
         return Plan::default();
     };
-    let managed_by = job.spec.run_policy.managed_by.as_deref();
+    let managed_by = job.spec.effective_managed_by();
     if job.metadata.deletion_timestamp.is_some() {
         return Plan::default();
     }

@@ -16,6 +16,10 @@
 //! `/readyz`. When the CRD cannot be read the operator assumes Kubeflow's
 //! schema: that is correct under both (only the extra display fields are
 //! missing), where the opposite guess would rewrite status forever.
+//!
+//! The same read tells whether the CRD keeps `spec.managedBy`, where Kueue's
+//! MultiKueue looks for it: Kubeflow's prunes it, and the log and `/readyz`
+//! say that MultiKueue cannot dispatch TFJobs then ([`Detected::multikueue_note`]).
 use std::fmt;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
@@ -67,14 +71,19 @@ impl StatusSchema {
 
     /// Reads the installed CRD; on any error, assumes Kubeflow's schema
     /// (see the module docs) and says why.
-    pub async fn detect(client: &Client) -> (Self, Option<String>) {
+    pub async fn detect(client: &Client) -> Detected {
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         match crds.get(CRD_NAME).await {
-            Ok(crd) => (Self::of_crd(&crd), None),
-            Err(e) => (
-                StatusSchema::Kubeflow,
-                Some(format!("could not read the CRD {CRD_NAME} ({e})")),
-            ),
+            Ok(crd) => Detected {
+                schema: Self::of_crd(&crd),
+                unreadable: None,
+                spec_managed_by: has_spec_managed_by(&crd),
+            },
+            Err(e) => Detected {
+                schema: StatusSchema::Kubeflow,
+                unreadable: Some(format!("could not read the CRD {CRD_NAME} ({e})")),
+                spec_managed_by: false,
+            },
         }
     }
 
@@ -90,6 +99,49 @@ impl StatusSchema {
             rs.succeeded_indexes = None;
         }
     }
+}
+
+/// What the startup detection found in the installed TFJob CRD.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Detected {
+    pub schema: StatusSchema,
+    /// Why the CRD could not be read (the schema is then assumed).
+    pub unreadable: Option<String>,
+    /// Whether the CRD keeps `spec.managedBy`, where Kueue's MultiKueue
+    /// reads it (ours does; Kubeflow's prunes it: docs/kueue.md).
+    pub spec_managed_by: bool,
+}
+
+impl Detected {
+    /// A line for the log and `/readyz` when MultiKueue's generic adapter
+    /// cannot dispatch TFJobs under this CRD; `None` when it can, or when
+    /// the CRD could not be read (nothing is known then).
+    pub fn multikueue_note(&self) -> Option<String> {
+        (self.unreadable.is_none() && !self.spec_managed_by).then(|| {
+            format!(
+                "multikueue: the CRD {CRD_NAME} has no spec.managedBy (Kubeflow's): the API server \
+                 prunes it, so Kueue's MultiKueue cannot dispatch TFJobs from this cluster; \
+                 install tfjob-operator's CRD for that (docs/kueue.md)"
+            )
+        })
+    }
+}
+
+/// Whether the served v1 schema lists `spec.managedBy`.
+fn has_spec_managed_by(crd: &CustomResourceDefinition) -> bool {
+    crd.spec
+        .versions
+        .iter()
+        .find(|v| v.name == "v1")
+        .and_then(|v| v.schema.as_ref()?.open_api_v3_schema.as_ref())
+        .and_then(|root| root.properties.as_ref()?.get("spec"))
+        .is_some_and(|spec| {
+            spec.x_kubernetes_preserve_unknown_fields == Some(true)
+                || spec
+                    .properties
+                    .as_ref()
+                    .is_some_and(|p| p.contains_key("managedBy"))
+        })
 }
 
 fn keeps_our_fields(status: &JSONSchemaProps) -> bool {
@@ -121,6 +173,23 @@ mod tests {
     fn our_crd_is_recognised_as_ours() {
         let crd = crate::api::crd::crd().unwrap();
         assert_eq!(StatusSchema::of_crd(&crd), StatusSchema::Ours);
+        assert!(has_spec_managed_by(&crd));
+    }
+
+    #[test]
+    fn only_a_readable_crd_without_spec_managed_by_gets_the_multikueue_note() {
+        let detected = |unreadable: Option<&str>, spec_managed_by| Detected {
+            schema: StatusSchema::Kubeflow,
+            unreadable: unreadable.map(str::to_owned),
+            spec_managed_by,
+        };
+        let note = detected(None, false).multikueue_note().expect("a note");
+        assert!(
+            note.contains("spec.managedBy") && note.contains("docs/kueue.md"),
+            "{note}"
+        );
+        assert_eq!(detected(None, true).multikueue_note(), None);
+        assert_eq!(detected(Some("forbidden"), false).multikueue_note(), None);
     }
 
     #[test]
@@ -135,6 +204,8 @@ mod tests {
             .unwrap_or_else(|e| panic!("training-operator {version}'s TFJob CRD: {e}"));
         assert_eq!(crd.metadata.name.as_deref(), Some(CRD_NAME));
         assert_eq!(StatusSchema::of_crd(&crd), StatusSchema::Kubeflow);
+        // Where MultiKueue's generic adapter reads managedBy: pruned there.
+        assert!(!has_spec_managed_by(&crd));
     }
 
     #[test]

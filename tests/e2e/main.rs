@@ -30,6 +30,7 @@ mod kueue;
 mod kueue_workload;
 mod lost_node;
 mod manager;
+mod multikueue;
 mod observability;
 mod operator;
 mod printer_columns;

@@ -261,6 +261,21 @@ fn cases() -> Vec<Case> {
             edit: |v| run_policy(v)["managedBy"] = json!("m".repeat(64)),
         },
         Case {
+            what: "unknown spec.managedBy",
+            path: "spec.managedBy",
+            gap: false,
+            edit: |v| v["spec"]["managedBy"] = json!("example.com/other"),
+        },
+        Case {
+            what: "spec.managedBy disagreeing with runPolicy.managedBy",
+            path: "spec.managedBy",
+            gap: false,
+            edit: |v| {
+                v["spec"]["managedBy"] = json!("kueue.x-k8s.io/multikueue");
+                run_policy(v)["managedBy"] = json!("kubeflow.org/training-operator");
+            },
+        },
+        Case {
             what: "scheduleTimeoutSeconds not a number",
             path: "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds",
             gap: false,
@@ -397,7 +412,19 @@ async fn every_invalid_manifest_is_refused_naming_its_field_path() {
         }
         Err(_) => {}
     }
-    let total = cases.len() + 1;
+    // spec.managedBy (MultiKueue's place for it) cannot be added later either.
+    let plain = base("immutable-top");
+    apply(&plain, &ns, false).unwrap_or_else(|e| panic!("create for the immutability case: {e}"));
+    let mut dispatched = plain.clone();
+    dispatched["spec"]["managedBy"] = json!("kueue.x-k8s.io/multikueue");
+    match apply(&dispatched, &ns, true) {
+        Ok(_) => accepted.push("spec.managedBy added after creation".into()),
+        Err(e) if !e.contains("spec.managedBy") => {
+            unnamed.push(format!("spec.managedBy added after creation: {e}"))
+        }
+        Err(_) => {}
+    }
+    let total = cases.len() + 2;
     report(
         "invalid-manifests",
         &[

@@ -32,6 +32,9 @@ pub const LABEL_JOB_UID: &str = "kueue.x-k8s.io/job-uid";
 /// The label MultiKueue puts on a job it created on a worker: the name of
 /// the Workload it made for it there, which the job's controller adopts.
 pub const LABEL_PREBUILT_WORKLOAD: &str = "kueue.x-k8s.io/prebuilt-workload-name";
+/// The label MultiKueue puts on everything it creates on a worker: the
+/// manager's `multiKueue.origin`.
+pub const LABEL_MULTIKUEUE_ORIGIN: &str = "kueue.x-k8s.io/multikueue-origin";
 /// Kueue's finalizer: the Workload's quota is in use until it is removed.
 pub const FINALIZER_RESOURCE_IN_USE: &str = "kueue.x-k8s.io/resource-in-use";
 

@@ -885,3 +885,46 @@ fn a_job_multikueue_dispatches_from_here_gets_its_workload_and_nothing_else() {
     );
     assert!(!plain.manage);
 }
+
+#[test]
+fn a_job_dispatched_through_spec_managed_by_gets_its_workload_and_nothing_else() {
+    // MultiKueue's generic adapter reads `.spec.managedBy`.
+    let mut job = job(2);
+    job.spec.managed_by = Some("kueue.x-k8s.io/multikueue".into());
+    let p = run_plan(&job, &[], &[]);
+    assert!(p.manage && p.status_is_remote);
+    assert!(matches!(
+        writes(&p).as_slice(),
+        [WorkloadWrite::Create { .. }]
+    ));
+    assert_eq!(creates_pods(&p), 0);
+}
+
+#[test]
+fn a_workers_copy_still_marked_for_multikueue_is_explained_not_run() {
+    // Submitted with runPolicy.managedBy, which the generic adapter leaves
+    // on the worker's copy: nothing may run it, and the user is told why.
+    let mut job = job(2);
+    job.spec.run_policy.managed_by = Some("kueue.x-k8s.io/multikueue".into());
+    job.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(
+            "kueue.x-k8s.io/multikueue-origin".into(),
+            "manager-1".into(),
+        );
+    let p = run_plan(&job, &[], &[]);
+    assert!(p.manage && p.status_is_remote);
+    assert!(writes(&p).is_empty(), "{:?}", writes(&p));
+    assert_eq!(creates_pods(&p), 0);
+    let warning = p
+        .events
+        .iter()
+        .find(|e| e.warning && e.reason == "MultiKueueCopyNotRun")
+        .expect("a Warning");
+    assert!(
+        warning.message.contains("spec.managedBy") && warning.message.contains("manager-1"),
+        "{}",
+        warning.message
+    );
+}

@@ -1,15 +1,21 @@
 //! A job MultiKueue dispatches to a worker cluster: on this (manager)
 //! cluster only its Kueue Workload is planned.
+use kube::ResourceExt;
+
 use crate::api::constants::MANAGED_BY_MULTIKUEUE;
 use crate::api::defaults::normalize;
 use crate::tfjob::children::owner_reference;
 use crate::tfjob::conditions::is_finished;
+use crate::tfjob::kueue::api::LABEL_MULTIKUEUE_ORIGIN;
 use crate::tfjob::kueue::gate as kueue_gate;
 
 use super::{Action, Observed, Plan};
 
+/// The Warning on a worker's copy that still says MultiKueue manages it.
+const REASON_MULTIKUEUE_COPY_NOT_RUN: &str = "MultiKueueCopyNotRun";
+
 /// A job MultiKueue dispatches from this (manager) cluster
-/// (`runPolicy.managedBy: kueue.x-k8s.io/multikueue`): it runs on a worker,
+/// (`spec.managedBy` or `runPolicy.managedBy`: `kueue.x-k8s.io/multikueue`): it runs on a worker,
 /// and MultiKueue mirrors its status here. Without Kueue's built-in, its
 /// Workload is still the job controller's to create and finish (docs/kueue.md,
 /// "MultiKueue"); nothing else is done.
@@ -31,6 +37,25 @@ pub(super) fn dispatched(obs: &Observed<'_>, managed_by: Option<&str>) -> Plan {
         status_is_remote: true,
         ..Plan::default()
     };
+    if let Some(origin) = job.labels().get(LABEL_MULTIKUEUE_ORIGIN) {
+        // MultiKueue's copy on this (worker) cluster, still marked as its:
+        // the generic adapter clears only spec.managedBy, so the job was
+        // submitted with spec.runPolicy.managedBy. Nobody will run it here;
+        // no Workload of ours either (MultiKueue made the one it waits on).
+        p.event(
+            true,
+            REASON_MULTIKUEUE_COPY_NOT_RUN,
+            format!(
+                "TFJob {}/{} is MultiKueue's copy from {origin}, but its spec.runPolicy.managedBy \
+                 still says kueue.x-k8s.io/multikueue, so nothing runs it here: Kueue's generic \
+                 MultiKueue adapter clears only spec.managedBy. Submit the job on the manager \
+                 with spec.managedBy: kueue.x-k8s.io/multikueue and no runPolicy.managedBy",
+                job.namespace().unwrap_or_default(),
+                job.name_any()
+            ),
+        );
+        return p;
+    }
     let name = job.metadata.name.as_deref().unwrap_or_default();
     if let (Ok(spec), Some(owner)) = (normalize(name, &job.spec), owner_reference(job))
         && !is_finished(&p.status)

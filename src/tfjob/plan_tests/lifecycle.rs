@@ -195,6 +195,20 @@ fn a_job_managed_by_multikueue_is_left_alone() {
 }
 
 #[test]
+fn a_job_managed_by_multikueue_at_spec_managed_by_is_left_alone_too() {
+    // Where MultiKueue's generic adapter reads it (docs/kueue.md).
+    let mut w = World::new(TfJobFixture::new("j").workers(2));
+    w.job.spec.managed_by = Some("kueue.x-k8s.io/multikueue".into());
+    let p = w.plan();
+    assert!(!p.manage);
+    assert!(p.actions.is_empty());
+    // MultiKueue's copy on a worker has it removed: that one runs here.
+    w.job.spec.managed_by = None;
+    assert!(w.plan().manage);
+    assert!(!created_pods(&w.plan()).is_empty());
+}
+
+#[test]
 fn an_unchanged_running_job_plans_the_same_status_and_no_actions() {
     let (w, first) = World::new(TfJobFixture::new("j").chief(1).workers(2))
         .all_running()
