@@ -75,8 +75,13 @@ export BENCH_KUBEFLOW_DIR TFJOB_CACHE_DIR
 # Built once and copied aside, as e2e/bench.sh does (a shared CARGO_TARGET_DIR
 # may be rebuilt by another worktree mid-run).
 if [[ -z "${BENCH_OPERATOR_BIN:-}" ]]; then
-  cargo build --profile dist --bin tfjob-operator
-  cp "${CARGO_TARGET_DIR:-$REPO_DIR/target}/dist/tfjob-operator" target/bench/tfjob-operator
+  # BENCH_PROFILE: dist (default) is what the container image ships
+  # (Cargo.toml: release + fat LTO, one codegen unit); release skips the LTO
+  # build (~8 min idle, far longer on a loaded machine) and shares its
+  # dependencies with the bench binary's build.
+  profile="${BENCH_PROFILE:-dist}"
+  cargo build --profile "$profile" --bin tfjob-operator
+  cp "${CARGO_TARGET_DIR:-$REPO_DIR/target}/$profile/tfjob-operator" target/bench/tfjob-operator
   export BENCH_OPERATOR_BIN="$REPO_DIR/target/bench/tfjob-operator"
 fi
 # SCALE_BENCH_BIN: an e2e bench binary built already (skips the build).
