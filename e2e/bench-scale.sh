@@ -64,8 +64,8 @@ if [[ -n "${SCALE_RECORD:-}" ]]; then
 fi
 # The measured tree is the one built now (a results file names it).
 measured_commit=$(git rev-parse HEAD)
-# "-dirty" when what is built or run differs from it (docs may change meanwhile).
-git diff --quiet HEAD -- src benches e2e crds Cargo.toml Cargo.lock build.rs ||
+# "-dirty" when what is built or run differs from it (docs and results may change meanwhile).
+git diff --quiet HEAD -- src benches e2e crds Cargo.toml Cargo.lock build.rs ':!benches/results' ||
   measured_commit="$measured_commit-dirty"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 if [[ -n "$TO_AT" ]] && has_series jobs; then bash "$E2E_DIR/peers.sh"; fi

@@ -22,8 +22,8 @@ mkdir -p target/bench
 # The measured tree is the one built now: a results file names this commit
 # even if the worktree changes while the run goes on.
 measured_commit=$(git rev-parse HEAD)
-# "-dirty" when what is built or run differs from it (docs may change meanwhile).
-git diff --quiet HEAD -- src benches e2e crds Cargo.toml Cargo.lock build.rs ||
+# "-dirty" when what is built or run differs from it (docs and results may change meanwhile).
+git diff --quiet HEAD -- src benches e2e crds Cargo.toml Cargo.lock build.rs ':!benches/results' ||
   measured_commit="$measured_commit-dirty"
 # Build both binaries first and copy them aside: CARGO_TARGET_DIR may be
 # shared with other worktrees, whose builds would replace them mid-run.
