@@ -6,7 +6,10 @@
 #
 # Series (SCALE_SERIES, comma-separated; default all four):
 #   jobs     SCALE_JOBS jobs × (1 Chief + 1 PS + 2 Workers)   default "50 200 1000 2000"
-#   big      one job × (1 Chief + SCALE_WORKERS Workers)      default "100 500 2000 5000"
+#   big      one job × (1 Chief + SCALE_WORKERS Workers)      default "100 500 2000"
+#            (5,000 is not a default: on one cluster with the bare client after
+#            ours, kube-apiserver was OOM-killed at 12 GB on this 2-core,
+#            23 GiB machine; docs/scale.md, "5,000 workers", says how to run it)
 #   noise    SCALE_NOISE_JOBS (200) jobs with SCALE_NOISE unrelated Pods present
 #                                                             default "0 5000 20000"
 #   restart  fleet restart (point 6): SCALE_RESTART_JOBS (default 2000) jobs
@@ -18,6 +21,12 @@
 #   SCALE_JOBS="50 200" SCALE_WORKERS="100 500" SCALE_NOISE="0 5000" SCALE_TO_AT= \
 #     SCALE_RESTART_JOBS=200 make bench-scale
 # and to add a size to earlier results: SCALE_KEEP=1 SCALE_SERIES=jobs SCALE_JOBS=1000 ...
+#
+# SCALE_RECORD=<name> keeps the results, with where they came from, in
+# benches/results/<name>.json (one file for the invocation; every run carries
+# its series and size), from which `make results-tables` renders docs/scale.md's
+# tables and `e2e/scale/report.py benches/results/<name>.json --plots docs/scale`
+# draws its plots.
 #
 # Results: target/bench/scale/<series>-<size>.json (the bench's e2e.json of
 # that size) and logs/, then report.py writes target/bench/scale/scale.json,
@@ -38,7 +47,7 @@ export TFJOB_SCHEDULER_QPS="${SCALE_SCHEDULER_QPS:-}"
 
 SERIES="${SCALE_SERIES:-jobs,big,noise,restart}"
 JOBS_SIZES="${SCALE_JOBS-50 200 1000 2000}"
-WORKER_SIZES="${SCALE_WORKERS-100 500 2000 5000}"
+WORKER_SIZES="${SCALE_WORKERS-100 500 2000}"
 NOISE_SIZES="${SCALE_NOISE-0 5000 20000}"
 NOISE_JOBS="${SCALE_NOISE_JOBS:-200}"
 PEERS="${SCALE_PEERS:-ours-default,raw}"
@@ -50,6 +59,15 @@ has_series() { [[ ",$SERIES," == *",$1,"* ]]; }
 
 cd "$REPO_DIR"
 mkdir -p "$OUT"
+if [[ -n "${SCALE_RECORD:-}" ]]; then
+  [[ "$SCALE_RECORD" =~ ^[A-Za-z0-9._-]+$ ]] || die "SCALE_RECORD=$SCALE_RECORD: use letters, digits, '.', '_' and '-'"
+fi
+# The measured tree is the one built now (a results file names it).
+measured_commit=$(git rev-parse HEAD)
+# "-dirty" when what is built or run differs from it (docs and results may change meanwhile).
+git diff --quiet HEAD -- src benches e2e crds Cargo.toml Cargo.lock build.rs ':!benches/results' ||
+  measured_commit="$measured_commit-dirty"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 if [[ -n "$TO_AT" ]] && has_series jobs; then bash "$E2E_DIR/peers.sh"; fi
 BENCH_KUBEFLOW_DIR="$(bash "$E2E_DIR/peers.sh" --dir)"
 export BENCH_KUBEFLOW_DIR TFJOB_CACHE_DIR
@@ -57,8 +75,13 @@ export BENCH_KUBEFLOW_DIR TFJOB_CACHE_DIR
 # Built once and copied aside, as e2e/bench.sh does (a shared CARGO_TARGET_DIR
 # may be rebuilt by another worktree mid-run).
 if [[ -z "${BENCH_OPERATOR_BIN:-}" ]]; then
-  cargo build --profile dist --bin tfjob-operator
-  cp "${CARGO_TARGET_DIR:-$REPO_DIR/target}/dist/tfjob-operator" target/bench/tfjob-operator
+  # BENCH_PROFILE: dist (default) is what the container image ships
+  # (Cargo.toml: release + fat LTO, one codegen unit); release skips the LTO
+  # build (~8 min idle, far longer on a loaded machine) and shares its
+  # dependencies with the bench binary's build.
+  profile="${BENCH_PROFILE:-dist}"
+  cargo build --profile "$profile" --bin tfjob-operator
+  cp "${CARGO_TARGET_DIR:-$REPO_DIR/target}/$profile/tfjob-operator" target/bench/tfjob-operator
   export BENCH_OPERATOR_BIN="$REPO_DIR/target/bench/tfjob-operator"
 fi
 # SCALE_BENCH_BIN: an e2e bench binary built already (skips the build).
@@ -135,4 +158,11 @@ fi
 
 "$E2E_DIR/scale/venv.sh" "$E2E_DIR/scale/report.py" "$OUT" \
   --plots "${SCALE_PLOTS_DIR:-$REPO_DIR/docs/scale}" | tee "$OUT/scale.md" || failed=1
-((failed == 0)) || die "at least one run failed (see above and $OUT)"
+((failed == 0)) || die "at least one run failed (see above and $OUT; nothing recorded)"
+if [[ -n "${SCALE_RECORD:-}" ]]; then
+  settings=$(env | grep -E '^(SCALE|BENCH)_[A-Z_]+=' | grep -v '^SCALE_RECORD=' | grep -Ev '_(DIR|BIN)=' | sort | tr '\n' ' ')
+  python3 "$E2E_DIR/scale/record.py" "$OUT" "benches/results/$SCALE_RECORD.json" \
+    --commit "$measured_commit" --command "${settings}make bench-scale" \
+    --machine "$(nproc) cores, $(uname -sr); load average $load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after"
+  log "recorded benches/results/$SCALE_RECORD.json"
+fi

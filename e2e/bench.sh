@@ -19,12 +19,22 @@ export BENCH_KUBEFLOW_DIR TFJOB_CACHE_DIR
 
 cd "$REPO_DIR"
 mkdir -p target/bench
+# The measured tree is the one built now: a results file names this commit
+# even if the worktree changes while the run goes on.
+measured_commit=$(git rev-parse HEAD)
+# "-dirty" when what is built or run differs from it (docs and results may change meanwhile).
+git diff --quiet HEAD -- src benches e2e crds Cargo.toml Cargo.lock build.rs ':!benches/results' ||
+  measured_commit="$measured_commit-dirty"
 # Build both binaries first and copy them aside: CARGO_TARGET_DIR may be
 # shared with other worktrees, whose builds would replace them mid-run.
 if [[ -z "${BENCH_OPERATOR_BIN:-}" ]]; then
-  # The profile the container image ships (Cargo.toml: release + LTO).
-  cargo build --profile dist --bin tfjob-operator
-  cp "${CARGO_TARGET_DIR:-$REPO_DIR/target}/dist/tfjob-operator" target/bench/tfjob-operator
+  # BENCH_PROFILE: dist (default) is what the container image ships
+  # (Cargo.toml: release + fat LTO, one codegen unit); release skips the LTO
+  # build (~8 min idle, far longer on a loaded machine) and shares its
+  # dependencies with the bench binary's build.
+  profile="${BENCH_PROFILE:-dist}"
+  cargo build --profile "$profile" --bin tfjob-operator
+  cp "${CARGO_TARGET_DIR:-$REPO_DIR/target}/$profile/tfjob-operator" target/bench/tfjob-operator
   export BENCH_OPERATOR_BIN="$REPO_DIR/target/bench/tfjob-operator"
 fi
 bench_bin=$(cargo bench --bench e2e --no-run --message-format=json 2>/dev/null \
@@ -52,14 +62,12 @@ target/bench/e2e-bench
 # benches/results/<name>.json (benches/results/README.md).
 if [[ -n "${BENCH_RECORD:-}" ]]; then
   [[ "$BENCH_RECORD" =~ ^[A-Za-z0-9._-]+$ ]] || die "BENCH_RECORD=$BENCH_RECORD: use letters, digits, '.', '_' and '-'"
-  commit=$(git rev-parse HEAD)
-  git diff --quiet HEAD || commit="$commit-dirty"
   settings=$(env | grep -E '^BENCH_[A-Z_]+=' | grep -v '^BENCH_RECORD=' | grep -Ev '_(DIR|BIN)=' | sort | tr '\n' ' ')
   json_str() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
   out="benches/results/$BENCH_RECORD.json"
   {
     printf '{\n  "meta": {\n'
-    printf '    "commit": %s,\n' "$(json_str "$commit")"
+    printf '    "commit": %s,\n' "$(json_str "$measured_commit")"
     printf '    "command": %s,\n' "$(json_str "${settings}make bench-e2e")"
     printf '    "machine": %s,\n' "$(json_str "$(nproc) cores, $(uname -sr); load average $load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after")"
     printf '    "date": %s\n  },\n  "results": ' "$(json_str "$(date -u +%Y-%m-%dT%H:%M:%SZ)")"

@@ -129,10 +129,10 @@ async fn bench() -> anyhow::Result<()> {
                 ..RunResult::default()
             };
             let peer = &resolve_rate(peer, &results, w);
-            if let PeerKind::Ours { qps, .. } = peer.kind
-                && qps > 0
+            if let PeerKind::Ours { qps, qps_total, .. } = peer.kind
+                && qps.max(qps_total) > 0
             {
-                r.client_qps = Some(f64::from(qps));
+                r.client_qps = Some(f64::from(if qps_total > 0 { qps_total } else { qps }));
             }
             r.outcome = match run_one(&s, &admin, peer, w, &logs, &mut r).await {
                 Ok(()) => "ok".into(),
@@ -203,9 +203,10 @@ fn resolve_rate(peer: &Peer, results: &[RunResult], w: &Workload) -> Peer {
             let qps = rate.round().max(1.0) as u32;
             Peer {
                 kind: PeerKind::Ours {
-                    qps,
-                    burst: qps + qps / 2,
+                    qps: 0,
+                    burst: 30,
                     workers,
+                    qps_total: qps,
                 },
                 ..peer.clone()
             }

@@ -29,12 +29,18 @@ pub(crate) enum PeerKind {
         threads: u32,
     },
     Ours {
+        /// `--kube-api-qps`: per client (ours has three, as client-go has
+        /// one per REST client); 0 for none.
         qps: u32,
         burst: u32,
         workers: u32,
+        /// `--kube-api-qps-total`: one bucket for the whole process (burst
+        /// 1.5× of it); 0 for none.
+        qps_total: u32,
     },
-    /// Ours with a client-side limit equal to the request rate the peers
-    /// `of` (the first that ran in this workload) were measured sending.
+    /// Ours with one process-wide client-side limit (`--kube-api-qps-total`)
+    /// equal to the request rate the peers `of` (the first that ran in this
+    /// workload) were measured sending: the same rate, whatever the clients.
     OursAtRateOf {
         of: &'static [&'static str],
         workers: u32,
@@ -96,6 +102,7 @@ pub(crate) fn peers(s: &Settings) -> Vec<Peer> {
                 qps: 0,
                 burst: 30,
                 workers: 4,
+                qps_total: 0,
             },
             apf: false,
         },
@@ -106,6 +113,7 @@ pub(crate) fn peers(s: &Settings) -> Vec<Peer> {
                 qps: 0,
                 burst: 30,
                 workers: 4,
+                qps_total: 0,
             },
             apf: false,
         },
@@ -116,12 +124,13 @@ pub(crate) fn peers(s: &Settings) -> Vec<Peer> {
                 qps: MATCHED_QPS,
                 burst: MATCHED_BURST,
                 workers: MATCHED_WORKERS,
+                qps_total: 0,
             },
             apf: false,
         },
         Peer {
             id: "ours-at-to-rate",
-            label: "tfjob-operator (4 workers, client QPS = training-operator's measured request rate)",
+            label: "tfjob-operator (4 workers, one total client cap = training-operator's measured request rate)",
             kind: PeerKind::OursAtRateOf {
                 of: &["training-operator-matched", "training-operator-default"],
                 workers: MATCHED_WORKERS,
@@ -145,6 +154,7 @@ pub(crate) fn peers(s: &Settings) -> Vec<Peer> {
                 qps: 0,
                 burst: 30,
                 workers: MATCHED_WORKERS,
+                qps_total: 0,
             },
             apf: true,
         },
@@ -419,6 +429,7 @@ pub(crate) async fn start_peer(
             qps,
             burst,
             workers,
+            qps_total,
         } => {
             let (metrics, probe) = (free_port()?, free_port()?);
             let bin = match (peer.id, &s.base_operator_bin) {
@@ -435,6 +446,13 @@ pub(crate) async fn start_peer(
                 .arg(format!("--workers={workers}"))
                 .arg(format!("--kube-api-qps={qps}"))
                 .arg(format!("--kube-api-burst={burst}"));
+            if qps_total > 0 {
+                cmd.arg(format!("--kube-api-qps-total={qps_total}"))
+                    .arg(format!(
+                        "--kube-api-burst-total={}",
+                        qps_total + qps_total / 2
+                    ));
+            }
             let mut p = PeerProcess::spawn(cmd, &log, false)?;
             p.metrics_port = Some(metrics);
             let started = Instant::now();

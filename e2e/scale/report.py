@@ -1,8 +1,9 @@
 """`make bench-scale` (issue #19, point 3): checks, fits and plots the runs.
 
-    report.py RESULTS_DIR [--plots DIR]
+    report.py RESULTS_DIR|RESULTS_FILE [--plots DIR]
 
-RESULTS_DIR holds one e2e.json of benches/e2e/ per size, named
+RESULTS_FILE is a recorded invocation in benches/results/ (SCALE_RECORD,
+e2e/scale/record.py): the committed plots are drawn from it. RESULTS_DIR holds one e2e.json of benches/e2e/ per size, named
 <series>-<size>.json (e2e/bench-scale.sh writes them), and optionally
 restart-<jobs>.json (e2e/scale/restart.py). Prints markdown tables (every
 figure and its ratio to the bare client, `raw`, of the same size), the fitted
@@ -48,8 +49,14 @@ SUPERLINEAR_FACTOR = 1.5
 
 
 def load(results: pathlib.Path):
-    """{series: {size: e2e.json}} and the restart runs."""
+    """{series: {size: e2e.json}} and the restart runs, from the bench's
+    directory or from a recorded results file (e2e/scale/record.py)."""
     out, restarts = {}, []
+    if results.is_file():
+        doc = json.loads(results.read_text())["results"]
+        for r in doc["runs"]:
+            out.setdefault(r["series"], {}).setdefault(r["size"], {"runs": []})["runs"].append(r)
+        return out, doc.get("restart", [])
     for f in sorted(results.glob("*.json")):
         m = re.fullmatch(r"(jobs|big|noise)-(\d+)\.json", f.name)
         if m:
@@ -299,7 +306,8 @@ def main():
     if restarts:
         print(restart_table(restarts))
         print()
-    (args.results / "scale.json").write_text(json.dumps(summary, indent=2))
+    if args.results.is_dir():
+        (args.results / "scale.json").write_text(json.dumps(summary, indent=2))
     if found:
         print("**Unusable runs:**", file=sys.stderr)
         for p in found:

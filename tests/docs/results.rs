@@ -12,8 +12,12 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use crate::results_tables::{self as tables, Load};
+
 pub const OPEN: &str = "<!-- results:";
 pub const CLOSE: &str = "<!-- /results -->";
+/// Not a results file: the headline table's rows, each naming its file.
+pub const HEADLINE_ROWS: &str = "headline-rows.json";
 pub const META_FIELDS: [&str; 4] = ["commit", "command", "machine", "date"];
 
 /// What a results file lacks to be published from; empty when complete.
@@ -27,55 +31,36 @@ pub fn meta_problems(doc: &Value) -> Vec<String> {
         })
         .map(|f| format!("meta.{f} is missing or empty"))
         .collect();
-    if doc["results"]["runs"].as_array().is_none_or(Vec::is_empty) {
+    let holds = |k: &str| doc["results"][k].as_array().is_some_and(|a| !a.is_empty());
+    if !holds("runs") && !holds("restart") {
         found.push("results.runs holds no run".to_owned());
     }
     found
 }
 
-fn num(v: &Value, digits: usize) -> String {
-    v.as_f64()
-        .map(|v| format!("{v:.digits$}"))
-        .unwrap_or_else(|| "-".to_owned())
-}
-
-/// The table `spec` (e.g. `runs workload=jobs`) from results file `doc`.
-pub fn render(doc: &Value, spec: &str) -> Result<String, String> {
+/// The table `spec` (e.g. `runs workload=jobs`) from results file `doc`;
+/// `load` reads the other files a headline row names.
+pub fn render(doc: &Value, spec: &str, load: Load) -> Result<String, String> {
     let mut words = spec.split_whitespace();
     let table = words.next().ok_or("no table named")?;
     let args: Vec<(&str, &str)> = words.filter_map(|w| w.split_once('=')).collect();
     let arg = |k: &str| args.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
+    let need = |k: &str| arg(k).ok_or(format!("`{table}` needs {k}=…"));
     match table {
-        "runs" => {
-            let workload = arg("workload").ok_or("`runs` needs workload=<id>")?;
-            let runs: Vec<&Value> = doc["results"]["runs"]
-                .as_array()
-                .ok_or("no results.runs")?
-                .iter()
-                .filter(|r| r["workload"] == workload)
-                .collect();
-            if runs.is_empty() {
-                return Err(format!("no run of workload {workload}"));
-            }
-            let mut out = String::from(
-                "| peer | apply → all Running (s) | chief exit → all Succeeded (s) | CPU (s) | peak RSS (MB) | API requests | requests/s | outcome |\n|---|---:|---:|---:|---:|---:|---:|---|\n",
-            );
-            for r in runs {
-                out += &format!(
-                    "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
-                    r["peer"].as_str().unwrap_or("?"),
-                    num(&r["running_s"], 1),
-                    num(&r["succeeded_s"], 1),
-                    num(&r["cpu_s"], 2),
-                    num(&r["peak_rss_mb"], 0),
-                    r["api_requests"].as_u64().unwrap_or(0),
-                    num(&r["api_rate_per_s"], 1),
-                    r["outcome"].as_str().unwrap_or("?"),
-                );
-            }
-            Ok(out)
-        }
-        other => Err(format!("unknown table `{other}` (known: runs)")),
+        "runs" => tables::runs_table(doc, need("workload")?),
+        "medians" => tables::medians_table(
+            doc,
+            need("workload")?,
+            need("a")?,
+            need("b")?,
+            arg("metric").unwrap_or("running_s"),
+        ),
+        "scale" => tables::scale_table(doc, need("series")?),
+        "restart" => tables::restart_table(doc),
+        "headline" => tables::headline_table(doc, load),
+        other => Err(format!(
+            "unknown table `{other}` (known: runs, medians, scale, restart, headline)"
+        )),
     }
 }
 
@@ -128,10 +113,12 @@ pub fn check(root: &Path, doc: &str, text: &str, write: bool) -> (String, Vec<St
     let mut out = String::with_capacity(text.len());
     let mut copied = 0;
     for s in sections {
-        let rendered = std::fs::read_to_string(root.join(&s.file))
-            .map_err(|e| format!("{}: {e}", s.file))
-            .and_then(|t| serde_json::from_str::<Value>(&t).map_err(|e| format!("{}: {e}", s.file)))
-            .and_then(|v| render(&v, &s.spec));
+        let load = |file: &str| {
+            std::fs::read_to_string(root.join(file))
+                .map_err(|e| format!("{file}: {e}"))
+                .and_then(|t| serde_json::from_str::<Value>(&t).map_err(|e| format!("{file}: {e}")))
+        };
+        let rendered = load(&s.file).and_then(|v| render(&v, &s.spec, &load));
         out += &text[copied..s.body.start];
         match rendered {
             Ok(table) if table == text[s.body.clone()] => out += &table,
@@ -154,6 +141,81 @@ pub fn check(root: &Path, doc: &str, text: &str, write: bool) -> (String, Vec<St
     (out, problems)
 }
 
+/// The docs in which every table is either rendered from a results file
+/// or marked as not backed by one (issue #29, point 11).
+/// `docs/reliability.md` (the fault suite's figures) joins when its tables are.
+pub const GUARDED_DOCS: [&str; 2] = ["docs/benchmarks.md", "docs/scale.md"];
+pub const UNBACKED_OPEN: &str = "<!-- unbacked:";
+pub const UNBACKED_CLOSE: &str = "<!-- /unbacked -->";
+/// The line right above a table that holds no measured figure (settings,
+/// commands, definitions).
+pub const NO_FIGURES: &str = "<!-- no figures -->";
+/// What a reader sees first in a marked region: the line after the marker
+/// starts with it.
+pub const UNBACKED_NOTE: &str = "> **Not backed by a committed results file:**";
+
+/// Tables of `text` that are neither between results markers nor in a
+/// region marked unbacked, and marked regions that do not say so visibly.
+pub fn unbacked_tables(doc: &str, text: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let (mut in_results, mut unbacked_at, mut in_fence, mut in_table) = (false, None, false, false);
+    let mut lines = text.lines().enumerate().peekable();
+    while let Some((i, line)) = lines.next() {
+        let n = i + 1;
+        let t = line.trim_start();
+        if t.starts_with("```") {
+            in_fence = !in_fence;
+        }
+        if in_fence {
+            continue;
+        }
+        if t.starts_with(OPEN) {
+            in_results = true;
+        } else if t.starts_with(CLOSE) {
+            in_results = false;
+        } else if let Some(marker) = t.strip_prefix(UNBACKED_OPEN) {
+            let why = marker.trim_end_matches("-->").trim();
+            if why.is_empty() {
+                problems.push(format!(
+                    "{doc}:{n}: say why the figures are not backed: `{UNBACKED_OPEN} <why> -->`"
+                ));
+            }
+            if unbacked_at.is_some() {
+                problems.push(format!("{doc}:{n}: an unbacked region inside another"));
+            }
+            unbacked_at = Some(n);
+            let next = lines.peek().map(|(_, l)| l.trim_start()).unwrap_or("");
+            if !next.starts_with(UNBACKED_NOTE) {
+                problems.push(format!(
+                    "{doc}:{n}: the line after an unbacked marker must tell the reader: `{UNBACKED_NOTE} …`"
+                ));
+            }
+        } else if t.starts_with(UNBACKED_CLOSE) && unbacked_at.take().is_none() {
+            problems.push(format!(
+                "{doc}:{n}: {UNBACKED_CLOSE} without its opening marker"
+            ));
+        }
+        let is_table = t.starts_with('|');
+        let says_no_figures = i > 0
+            && text
+                .lines()
+                .nth(i - 1)
+                .is_some_and(|p| p.trim() == NO_FIGURES);
+        if is_table && !in_table && !in_results && unbacked_at.is_none() && !says_no_figures {
+            problems.push(format!(
+                "{doc}:{n}: a table of figures from no results file: render it from one \
+                 (`{OPEN} benches/results/<file>.json <table> -->`, benches/results/README.md) \
+                 or mark it `{UNBACKED_OPEN} <why> -->` … `{UNBACKED_CLOSE}`"
+            ));
+        }
+        in_table = is_table;
+    }
+    if let Some(at) = unbacked_at {
+        problems.push(format!("{doc}:{at}: no {UNBACKED_CLOSE}"));
+    }
+    problems
+}
+
 // ---- The checks, run by `cargo test --test docs` ----
 
 #[test]
@@ -174,6 +236,51 @@ fn results_tables_in_docs_are_what_their_committed_results_files_render() {
 }
 
 #[test]
+fn results_every_table_in_the_benchmark_docs_is_rendered_from_a_file_or_marked_unbacked() {
+    let mut problems = Vec::new();
+    for doc in GUARDED_DOCS {
+        let text =
+            std::fs::read_to_string(crate::repo::repo_root().join(doc)).expect("a readable doc");
+        problems.extend(unbacked_tables(doc, &text));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn results_an_unmarked_table_and_a_silent_unbacked_region_are_reported() {
+    let marked = format!(
+        "{UNBACKED_OPEN} measured before the results folder -->\n{UNBACKED_NOTE} old run.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n{UNBACKED_CLOSE}\n"
+    );
+    assert!(
+        unbacked_tables("d.md", &marked).is_empty(),
+        "{:?}",
+        unbacked_tables("d.md", &marked)
+    );
+    let rendered =
+        format!("{OPEN} benches/results/r.json runs workload=jobs -->\n| a |\n|---|\n{CLOSE}\n");
+    assert!(unbacked_tables("d.md", &rendered).is_empty());
+    let settings = format!("{NO_FIGURES}\n| flag | meaning |\n|---|---|\n");
+    assert!(unbacked_tables("d.md", &settings).is_empty());
+    let fenced = "```text\n| not a table |\n```\n";
+    assert!(unbacked_tables("d.md", fenced).is_empty());
+    let bare = "text\n\n| a | b |\n|---|---|\n| 1 | 2 |\n";
+    let found = unbacked_tables("d.md", bare);
+    assert_eq!(found.len(), 1, "one table, one problem: {found:?}");
+    assert!(
+        found[0].starts_with("d.md:3: a table of figures from no results file"),
+        "{found:?}"
+    );
+    let silent = format!("{UNBACKED_OPEN} old -->\n| a |\n{UNBACKED_CLOSE}\n");
+    let found = unbacked_tables("d.md", &silent);
+    assert!(
+        found.len() == 1 && found[0].contains("must tell the reader"),
+        "{found:?}"
+    );
+    let unclosed = format!("{UNBACKED_OPEN} old -->\n{UNBACKED_NOTE} x\n");
+    assert!(unbacked_tables("d.md", &unclosed)[0].contains("no <!-- /unbacked -->"));
+}
+
+#[test]
 fn results_every_committed_file_says_its_commit_command_machine_and_date() {
     let dir = crate::repo::repo_root().join("benches/results");
     let mut problems = Vec::new();
@@ -182,7 +289,7 @@ fn results_every_committed_file_says_its_commit_command_machine_and_date() {
         .flatten()
     {
         let path = entry.path();
-        if path.extension().is_none_or(|e| e != "json") {
+        if path.extension().is_none_or(|e| e != "json") || path.ends_with(HEADLINE_ROWS) {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap_or_default();
@@ -213,7 +320,8 @@ fn results_a_table_that_drifted_from_its_file_is_reported_and_rewritten_on_reque
     });
     std::fs::write(dir.join("benches/results/r.json"), file.to_string()).expect("write");
     assert!(meta_problems(&file).is_empty());
-    let table = render(&file, "runs workload=jobs").expect("renders");
+    let no_other = |f: &str| Err(format!("{f}: not in this test"));
+    let table = render(&file, "runs workload=jobs", &no_other).expect("renders");
     assert!(
         table.contains("| ours-default | 10.0 | 2.0 | 1.23 | 30 | 2600 | 41.2 | ok |"),
         "{table}"
