@@ -95,14 +95,21 @@ pub fn scripts(rng: &mut StdRng, n: usize, spread: Duration) -> Vec<Script> {
 }
 
 impl Script {
-    /// The restarts the script injects: Pods that end with a retryable code
-    /// (128 and above, as Kubeflow's `ExitCode` policy reads them) under
-    /// `ExitCode`, each re-created once.
+    /// The restarts the script injects, as the job's status counts them
+    /// (`replicaStatuses[*].restarts`: re-creations and in-place restarts):
+    /// under `ExitCode` each retryable exit (128 and above, as Kubeflow's
+    /// policy reads them) re-creates its Pod once; under `OnFailure` each
+    /// failing exit restarts the container in place once.
     pub fn injected_restarts(&self) -> i32 {
-        if self.policy != RestartPolicy::ExitCode {
-            return 0;
-        }
-        self.exits.iter().filter(|(_, code)| *code >= 128).count() as i32
+        let restarts = |code: i32| match self.policy {
+            RestartPolicy::ExitCode => code >= 128,
+            RestartPolicy::OnFailure => code != 0,
+            _ => false,
+        };
+        self.exits
+            .iter()
+            .filter(|(_, code)| restarts(*code))
+            .count() as i32
     }
 
     /// The condition the job must end with: Failed when a replica exits with
