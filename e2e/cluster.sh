@@ -10,7 +10,8 @@
 #   cluster.sh down                stop what `up` started (pid files), remove state, keep logs/
 #   cluster.sh restart <component> [--alone]
 #                                  stop and start one component in place (same ports, same data);
-#                                  after apiserver or etcd, also restarts their clients (not with --alone)
+#                                  after apiserver or etcd, also restarts their clients, Kueue among
+#                                  them when it runs (not with --alone)
 #   cluster.sh status              which components run, on which ports
 #
 # State lives in $TFJOB_CLUSTER_DIR (default <repo>/.cluster, gitignored):
@@ -540,7 +541,7 @@ cmd_restart() {
 
 restart_clients() {
   local c stoppers=()
-  log "restarting the API server's clients: kwok, kube-scheduler, kube-controller-manager"
+  log "restarting the API server's clients: kwok, kube-scheduler, kube-controller-manager (and Kueue if it runs)"
   for c in kwok kube-scheduler kube-controller-manager; do
     stop_component "$c" 15 &
     stoppers+=($!)
@@ -550,6 +551,11 @@ restart_clients() {
   start_controller_manager
   start_scheduler
   start_kwok
+  # Kueue (e2e/kueue.sh), when it runs beside this cluster, is a client too,
+  # and the slowest to come back by itself: up to a minute (kueue.sh restart).
+  if bash "$E2E_DIR/kueue.sh" status >/dev/null 2>&1; then
+    bash "$E2E_DIR/kueue.sh" restart
+  fi
   log "clients are back"
 }
 

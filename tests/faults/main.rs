@@ -35,6 +35,7 @@ mod failover;
 mod manifests;
 mod overload;
 mod partition;
+mod partition_defaults;
 mod requests;
 mod scale;
 mod undecodable;

@@ -15,6 +15,14 @@
 //!   flow again when the mode goes back to `Pass` (connections the client
 //!   gave up on are gone by then).
 //!
+//! And a latency, [`FaultProxy::set_upstream_delay`]: every byte from the
+//! client to the API server is held that long (a delay line: order and
+//! throughput kept, nothing else slowed), so each request the client sends is
+//! in flight that long. A client that dies meanwhile has its last requests
+//! delivered all the same, as on a real network, and its connection's end
+//! (FIN) held behind them by [`FIN_HOLD`], so the server does not cancel
+//! requests that reached it because their sender is gone.
+//!
 //! And two actions: [`FaultProxy::cut`] resets every open connection
 //! mid-stream (watches included), as a load balancer restart or a NAT timeout
 //! does; [`FaultProxy::strand`] makes every open connection half-open for
@@ -28,6 +36,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -49,9 +58,15 @@ struct Shared {
     /// Bumped by [`FaultProxy::strand`]; a relay opened before the bump
     /// forwards nothing more.
     strands: watch::Sender<u64>,
+    /// Latency added to the client-to-server direction.
+    upstream_delay: watch::Sender<Duration>,
     accepted: AtomicU64,
     reset: AtomicU64,
 }
+
+/// How long a delayed direction keeps the server's side open after the
+/// client's end, once the held bytes are delivered (see the module docs).
+pub const FIN_HOLD: Duration = Duration::from_secs(2);
 
 /// A running proxy; dropping it stops accepting (open relays end with their peers).
 pub struct FaultProxy {
@@ -72,6 +87,7 @@ impl FaultProxy {
             mode: watch::channel(Mode::Pass).0,
             cuts: watch::channel(0).0,
             strands: watch::channel(0).0,
+            upstream_delay: watch::channel(Duration::ZERO).0,
             accepted: AtomicU64::new(0),
             reset: AtomicU64::new(0),
         });
@@ -89,6 +105,12 @@ impl FaultProxy {
 
     pub fn mode(&self) -> Mode {
         *self.shared.mode.borrow()
+    }
+
+    /// Holds every byte the client sends for `delay` before it goes on to the
+    /// API server (zero: none). Bytes already held keep their time.
+    pub fn set_upstream_delay(&self, delay: Duration) {
+        self.shared.upstream_delay.send_replace(delay);
     }
 
     /// Resets every connection open now.
@@ -141,7 +163,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 #[allow(deprecated)]
 fn reset(stream: TcpStream, shared: &Shared) {
     shared.reset.fetch_add(1, Ordering::Relaxed);
-    let _ = stream.set_linger(Some(std::time::Duration::ZERO));
+    let _ = stream.set_linger(Some(Duration::ZERO));
     drop(stream);
 }
 
@@ -164,7 +186,7 @@ async fn relay(client: TcpStream, shared: Arc<Shared>) {
         // Linger 0: dropping the socket sends RST, so a cut is a reset
         // mid-stream. A relay whose both directions ended has sent its FINs
         // already, so for it this changes nothing.
-        let _ = stream.set_linger(Some(std::time::Duration::ZERO));
+        let _ = stream.set_linger(Some(Duration::ZERO));
     }
     let (client_read, client_write) = client.into_split();
     let (upstream_read, upstream_write) = upstream.into_split();
@@ -173,7 +195,8 @@ async fn relay(client: TcpStream, shared: Arc<Shared>) {
         strands: shared.strands.subscribe(),
         born,
     };
-    let up = pipe(client_read, upstream_write, gate(&shared));
+    let delay = shared.upstream_delay.subscribe();
+    let up = delayed_pipe(client_read, upstream_write, gate(&shared), delay);
     let down = pipe(upstream_read, client_write, gate(&shared));
     tokio::select! {
         ended = async { tokio::join!(up, down) } => {
@@ -230,6 +253,57 @@ async fn pipe(from: OwnedReadHalf, to: OwnedWriteHalf, mut gate: Gate) {
         if write_all(&to, &buf[..n]).await.is_err() {
             break;
         }
+    }
+}
+
+/// [`pipe`] through a delay line: each chunk read is written `delay` (read
+/// when the chunk arrives) later, in order. When the client's side ends, what
+/// is held is still delivered and the other side stays open [`FIN_HOLD`]
+/// longer (when a delay is set).
+async fn delayed_pipe(
+    from: OwnedReadHalf,
+    to: OwnedWriteHalf,
+    mut gate: Gate,
+    delay: watch::Receiver<Duration>,
+) {
+    let (held, mut due) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let mut read_gate = Gate {
+        mode: gate.mode.clone(),
+        strands: gate.strands.clone(),
+        born: gate.born,
+    };
+    let reader = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            read_gate.open().await;
+            if from.readable().await.is_err() {
+                break;
+            }
+            let n = match from.try_read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) => break,
+            };
+            let at = tokio::time::Instant::now() + *delay.borrow();
+            if held.send((at, buf[..n].to_vec())).is_err() {
+                break;
+            }
+        }
+        *delay.borrow() > Duration::ZERO
+    };
+    let writer = async {
+        while let Some((at, bytes)) = due.recv().await {
+            tokio::time::sleep_until(at).await;
+            gate.open().await;
+            if write_all(&to, &bytes).await.is_err() {
+                return;
+            }
+        }
+    };
+    let (delayed, ()) = tokio::join!(reader, writer);
+    if delayed {
+        tokio::time::sleep(FIN_HOLD).await;
     }
 }
 
@@ -349,5 +423,54 @@ mod tests {
             round_trip(&fresh, b"", QUICK).await,
             Err("timed out".to_string())
         );
+    }
+
+    #[tokio::test]
+    async fn a_delay_holds_the_clients_bytes_and_delivers_them_after_the_client_is_gone() {
+        let proxy = FaultProxy::start(echo().await).await;
+        let open = TcpStream::connect(proxy.addr).await.expect("connect");
+        assert_eq!(round_trip(&open, b"a", QUICK).await, Ok(b"a".to_vec()));
+
+        proxy.set_upstream_delay(Duration::from_millis(400));
+        let sent = std::time::Instant::now();
+        assert_eq!(
+            round_trip(&open, b"b", Duration::from_secs(2)).await,
+            Ok(b"b".to_vec())
+        );
+        let took = sent.elapsed();
+        assert!(
+            took >= Duration::from_millis(400) && took < Duration::from_secs(1),
+            "a round trip through a 400 ms delay took {took:?}"
+        );
+
+        // An upstream that records what reaches it: bytes sent just before
+        // the client vanished still arrive.
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let sink = FaultProxy::start(listener.local_addr().expect("addr")).await;
+        sink.set_upstream_delay(Duration::from_millis(300));
+        let client = TcpStream::connect(sink.addr).await.expect("connect");
+        let (server, _) = listener
+            .accept()
+            .await
+            .expect("the proxy connects upstream");
+        client.writable().await.expect("writable");
+        client.try_write(b"last words").expect("write");
+        drop(client);
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        let ended = tokio::time::timeout(Duration::from_secs(1) + FIN_HOLD, async {
+            loop {
+                server.readable().await.expect("readable");
+                match server.try_read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => return,
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "the server side ends after the hold");
+        assert_eq!(got, b"last words".to_vec());
     }
 }

@@ -4,9 +4,11 @@
 //!
 //! Every job has a Chief and two Workers (and sometimes a PS). Its script is
 //! one of:
-//! - `ExitCode`, Worker 1 killed (137, retryable): the operator deletes and
-//!   re-creates that Pod (two UIDs at that index, `restarts` 1); then every
-//!   replica exits 0, the Chief last: Succeeded.
+//! - (7 in 10) `ExitCode`, one or two Workers killed (137, retryable; the
+//!   same Worker twice at times): the operator deletes and re-creates each
+//!   such Pod (one more UID at that index and one more restart per kill);
+//!   then every replica exits 0, the Chief last: Succeeded. Most jobs are of
+//!   this kind, so faults meet the restart bookkeeping often.
 //! - `ExitCode`, Worker 0 exits 1 (not retryable): Failed.
 //! - `OnFailure`, Worker 1 exits 1 (the kubelet restarts it in place), then
 //!   every replica exits 0, the Chief last: Succeeded.
@@ -61,10 +63,24 @@ pub fn scripts(rng: &mut StdRng, n: usize, spread: Duration) -> Vec<Script> {
                 steps.push(("chief-0", 0));
                 steps
             };
-            let (policy, exits) = match rng.random_range(0..4) {
-                0 => (RestartPolicy::ExitCode, finish(vec![("worker-1", 137)])),
-                1 => (RestartPolicy::ExitCode, vec![("worker-0", 1)]),
-                2 => (RestartPolicy::OnFailure, finish(vec![("worker-1", 1)])),
+            let (policy, exits) = match rng.random_range(0..10) {
+                0..7 => {
+                    let kills = (0..rng.random_range(1..=2))
+                        .map(|_| {
+                            (
+                                if rng.random_bool(0.5) {
+                                    "worker-0"
+                                } else {
+                                    "worker-1"
+                                },
+                                137,
+                            )
+                        })
+                        .collect();
+                    (RestartPolicy::ExitCode, finish(kills))
+                }
+                7 => (RestartPolicy::ExitCode, vec![("worker-0", 1)]),
+                8 => (RestartPolicy::OnFailure, finish(vec![("worker-1", 1)])),
                 _ => (RestartPolicy::Never, finish(vec![])),
             };
             Script {
@@ -76,6 +92,47 @@ pub fn scripts(rng: &mut StdRng, n: usize, spread: Duration) -> Vec<Script> {
             }
         })
         .collect()
+}
+
+impl Script {
+    /// The restarts the script injects, as the job's status counts them
+    /// (`replicaStatuses[*].restarts`: re-creations and in-place restarts):
+    /// under `ExitCode` each retryable exit (128 and above, as Kubeflow's
+    /// policy reads them) re-creates its Pod once; under `OnFailure` each
+    /// failing exit restarts the container in place once.
+    pub fn injected_restarts(&self) -> i32 {
+        let restarts = |code: i32| match self.policy {
+            RestartPolicy::ExitCode => code >= 128,
+            RestartPolicy::OnFailure => code != 0,
+            _ => false,
+        };
+        self.exits
+            .iter()
+            .filter(|(_, code)| restarts(*code))
+            .count() as i32
+    }
+
+    /// The condition the job must end with: Failed when a replica exits with
+    /// a permanent code under `ExitCode`, Succeeded otherwise.
+    pub fn expected_end(&self) -> &'static str {
+        let permanent = self.policy == RestartPolicy::ExitCode
+            && self.exits.iter().any(|(_, code)| (1..128).contains(code));
+        if permanent { "Failed" } else { "Succeeded" }
+    }
+
+    /// Pod UIDs expected at `pod` (a name suffix, `worker-1`): one, plus one
+    /// per injected restart there.
+    pub fn expected_pods_at(&self, pod: &str) -> usize {
+        let restarts = if self.policy == RestartPolicy::ExitCode {
+            self.exits
+                .iter()
+                .filter(|(p, code)| *p == pod && *code >= 128)
+                .count()
+        } else {
+            0
+        };
+        1 + restarts
+    }
 }
 
 fn fixture(s: &Script) -> TfJobFixture {
