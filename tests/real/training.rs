@@ -89,6 +89,7 @@ struct Setup {
 
 impl Setup {
     async fn new(prefix: &str) -> Self {
+        support::ensure_tfjob_crd().await;
         let client = support::client().await;
         let ns = support::test_namespace(&client, prefix).await;
         let programs = ["trainlib.py", "mwms.py", "ps.py"];
@@ -212,9 +213,11 @@ fn names(job: &str, roles: &[(&str, i32)]) -> Vec<String> {
         .collect()
 }
 
-/// The epoch losses a replica logged ("epoch 1/2 loss 2.8456"), in order.
+/// The epoch losses a replica logged ("epoch 1/2 loss 2.8456"), in order
+/// (not the Evaluator's, which the PS Chief repeats: "evaluated ckpt-2 loss …").
 fn losses(log: &str) -> Vec<f64> {
     log.lines()
+        .filter(|l| l.contains(": epoch "))
         .filter_map(|l| l.split(" loss ").nth(1))
         .filter_map(|v| v.trim().parse().ok())
         .collect()
