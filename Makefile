@@ -252,7 +252,7 @@ image: image-tools ## Static release binary (cargo auditable) + CycloneDX SBOM +
 	bash hack/image/build.sh
 
 .PHONY: image-test
-image-test: image ## Build the image, then check its config, layers, the binary in it, digest reproducibility, embedded deps and SBOM
+image-test: image ## Build the image, then check its config, layers, the binary in it, digest reproducibility, embedded deps (and their advisories: cargo audit bin) and SBOM
 	bash hack/image/test.sh
 
 # amd64 and arm64 in one image index (oci:$(CARGO_TARGET_DIR)/image/oci:VERSION).

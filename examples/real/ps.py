@@ -11,7 +11,12 @@ Roles, from TF_CONFIG (which the operator writes):
     workers, and writes a checkpoint after every epoch.
   - evaluator (optional): not part of the training cluster; it evaluates each
     checkpoint the Chief writes, on held-out synthetic data, and exits after
-    the last epoch's.
+    the last epoch's. It notes each one in the file `evaluated` beside the
+    checkpoints, and a Chief whose TF_CONFIG names an evaluator waits (at most
+    EVALUATOR_WAIT_SECONDS, 300) for the note of the last checkpoint before it
+    exits: the job's success, which is the Chief's, then covers the
+    evaluation, and cleanPodPolicy finds the evaluator done rather than
+    deleting it mid-evaluation.
 
 A worker that dies is TensorFlow's business here: the coordinator re-schedules
 its steps on the other workers and takes it back when it is re-created.
@@ -46,7 +51,7 @@ def serve(cluster_resolver, task_type, task_index):
     server.join()
 
 
-def coordinate(settings, cluster_resolver):
+def coordinate(settings, cluster_resolver, cluster):
     strategy = tf.distribute.ParameterServerStrategy(cluster_resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     spec = cluster_resolver.cluster_spec().as_dict()
@@ -100,6 +105,31 @@ def coordinate(settings, cluster_resolver):
         say(f"wrote checkpoint {manager.save(checkpoint_number=current)}")
         say(f"epoch {current}/{settings.epochs} loss {mean_loss:.4f}")
     say(f"done: {settings.epochs} epochs")
+    if "evaluator" in cluster and manager.latest_checkpoint:
+        wait_for_evaluator(settings, manager.latest_checkpoint)
+
+
+def evaluated_note(settings):
+    return os.path.join(settings.checkpoint_dir, "evaluated")
+
+
+def wait_for_evaluator(settings, last_checkpoint):
+    """Waits until the evaluator noted the last checkpoint (bounded: an
+    evaluator that never comes does not hold the job for ever)."""
+    wanted = os.path.basename(last_checkpoint)
+    deadline = time.monotonic() + trainlib.env_int("EVALUATOR_WAIT_SECONDS", 300)
+    say(f"waiting for the evaluator to evaluate {wanted}")
+    while time.monotonic() < deadline:
+        try:
+            with open(evaluated_note(settings)) as note:
+                text = note.read().strip()
+        except FileNotFoundError:
+            text = ""
+        if text.split(" ")[0] == wanted:
+            say(f"the evaluator evaluated {text}")
+            return
+        time.sleep(1)
+    say(f"the evaluator did not evaluate {wanted} in time: finishing without it")
 
 
 def evaluate(settings):
@@ -119,6 +149,11 @@ def evaluate(settings):
         seen = latest
         loss = float(tf.reduce_mean(tf.square(model(x) - y)))
         say(f"evaluated {latest} (epoch {int(epoch.numpy())}): loss {loss:.4f}")
+        # Written aside and renamed: the Chief never reads half a note.
+        note = evaluated_note(settings)
+        with open(note + ".tmp", "w") as out:
+            out.write(f"{os.path.basename(latest)} loss {loss:.4f}\n")
+        os.replace(note + ".tmp", note)
     say("done: evaluated the last epoch")
 
 
@@ -138,7 +173,7 @@ def main():
     if task_type in ("ps", "worker"):
         serve(resolver, task_type, task_index)
     else:
-        coordinate(settings, resolver)
+        coordinate(settings, resolver, cluster)
 
 
 if __name__ == "__main__":

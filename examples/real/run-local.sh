@@ -13,8 +13,8 @@
 # the same pinned wheels as the image (e2e/images/tensorflow.sh downloads
 # them): $TFJOB_CACHE_DIR/venv-tensorflow-<key>; TFJOB_TF_VENV names another.
 # Each process' output is prefixed with its replica name; the exit code is the
-# Chief's (the PS and Workers of `ps` serve until they are stopped; so does
-# its Evaluator after the last checkpoint, if it is slower than the Chief).
+# Chief's (the PS and Workers of `ps` serve until they are stopped; its Chief
+# waits for the Evaluator to evaluate the last checkpoint, see ps.py).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"

@@ -5,6 +5,7 @@
 #   hack/deny/advisory-db.sh ROOT [SNAPSHOT_DIR]     prints ROOT, ready for
 #                                                     deny.toml's db-path
 #   hack/deny/advisory-db.sh --print-snapshot        prints the snapshot's folder
+#   hack/deny/advisory-db.sh --print-day [SNAPSHOT_DIR]  prints its day (YYYY-MM-DD)
 #
 # cargo-deny opens `<db-path>/advisory-db-<hash of the URL>/crates` and takes
 # the database's age from that directory's `.git/FETCH_HEAD` (else its HEAD
@@ -43,6 +44,10 @@ day=$(sed -n 's/.*(\([0-9]\{4\}-[0-9]\{2\}-[0-9]\{2\}\)).*/\1/p' "$snapshot/SNAP
   echo "advisory-db: $snapshot/SNAPSHOT does not name the snapshot's day as (YYYY-MM-DD)" >&2
   exit 1
 }
+if [[ $root == --print-day ]]; then
+  echo "$day"
+  exit 0
+fi
 
 # cargo-deny's directory name for deny.toml's db-urls entry
 # https://github.com/rustsec/advisory-db: the URL's last path segment and the

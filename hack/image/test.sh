@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks what `make image` built (`make image-test`): the OCI image's config,
 # its layers, the binary inside it, the image digest's reproducibility, the
-# dependency list embedded in the binary and the SBOM. Prints the sizes.
+# dependency list embedded in the binary (against Cargo.lock, the SBOM and the
+# RustSec advisories) and the SBOM. Prints the sizes.
 #
 #   hack/image/test.sh [--arch amd64|arm64]   (the image in $TFJOB_IMAGE_DIR/ARCH,
 #                                              default $CARGO_TARGET_DIR/image/amd64)
@@ -148,6 +149,14 @@ for p in tomllib.load(open(sys.argv[1], "rb"))["package"]:
   check "the embedded list holds no dev-dependency (proptest, kube-runtime)" \
     bash -c "! grep -Eq '^(proptest|kube-runtime) ' '$work/$arch.audit.txt'"
   check "no OpenSSL is linked (openssl-sys absent)" bash -c "! grep -q '^openssl-sys ' '$work/$arch.audit.txt'"
+  # The same list against the RustSec snapshot `make deny` reads, offline and
+  # with its staleness bound (hack/deny/audit-bin.sh); then proof that this
+  # audit can fail (a fixture advisory in a temporary copy of the database).
+  cargo_audit=$(hack/image/cargo-tool.sh cargo-audit "$CARGO_AUDIT_VERSION")
+  check "cargo audit bin: no RustSec advisory matches the embedded dependencies (offline snapshot)" \
+    bash hack/deny/audit-bin.sh "$cargo_audit" "$bin"
+  check "cargo audit bin fails on a fixture advisory against tokio, and on a stale snapshot" \
+    bash hack/deny/audit-bin-selftest.sh "$cargo_audit" "$bin"
 
   sbom=$dir/tfjob-operator.cdx.json
   check "the SBOM is CycloneDX and describes tfjob-operator $version" \

@@ -152,6 +152,33 @@ pub fn run(cmd: &mut Command) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// Creates the TFJob CRD from `crds/` unless it is there (the chart's tests
+/// install it with the chart and leave it: a run of the training tests alone,
+/// `REAL_TEST_FILTER=training::`, finds none), and waits until it is served.
+pub async fn ensure_tfjob_crd() {
+    let (present, _) = run(kubectl().args(["get", "crd", "tfjobs.kubeflow.org"]));
+    if !present {
+        let crd = repo_dir().join("crds/kubeflow.org_tfjobs.yaml");
+        run_ok(kubectl().arg("create").arg("-f").arg(&crd));
+    }
+    // Polled: `kubectl wait` fails at once while the CRD has no conditions yet.
+    wait_until(
+        "the TFJob CRD to be Established",
+        Duration::from_secs(60),
+        || async {
+            let (_, established) = run(kubectl().args([
+                "get",
+                "crd",
+                "tfjobs.kubeflow.org",
+                "-o",
+                r#"jsonpath={.status.conditions[?(@.type=="Established")].status}"#,
+            ]));
+            (established.trim() == "True").then_some(())
+        },
+    )
+    .await;
+}
+
 pub fn random_suffix() -> String {
     use rand::Rng;
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";

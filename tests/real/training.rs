@@ -12,8 +12,10 @@
 //!   Kubeflow's conditions and replicaStatuses; apply → all joined →
 //!   Succeeded is measured and printed (docs/run-it-for-real.md has the
 //!   figures).
-//! - ParameterServerStrategy: the Chief trains to the end, the job is
-//!   Succeeded, and `cleanPodPolicy: Running` deletes the PS and Workers.
+//! - ParameterServerStrategy with an Evaluator: the Chief trains to the end
+//!   and waits for the Evaluator's note of the last checkpoint, the job is
+//!   Succeeded, and `cleanPodPolicy: Running` deletes the PS and Workers and
+//!   keeps the finished Pods (the Chief's).
 //! - Faults with real processes: a Worker's container killed from the host
 //!   with SIGKILL (exit 137) under ExitCode is re-created and the training
 //!   resumes from the checkpoint; a program exiting 1 under ExitCode fails
@@ -49,6 +51,7 @@ struct Setup {
 
 impl Setup {
     async fn new(prefix: &str) -> Self {
+        support::ensure_tfjob_crd().await;
         let client = support::client().await;
         let ns = support::test_namespace(&client, prefix).await;
         let programs = ["trainlib.py", "mwms.py", "ps.py"];
@@ -172,9 +175,11 @@ fn names(job: &str, roles: &[(&str, i32)]) -> Vec<String> {
         .collect()
 }
 
-/// The epoch losses a replica logged ("epoch 1/2 loss 2.8456"), in order.
+/// The epoch losses a replica logged ("epoch 1/2 loss 2.8456"), in order
+/// (not the Evaluator's, which the PS Chief repeats: "evaluated ckpt-2 loss …").
 fn losses(log: &str) -> Vec<f64> {
     log.lines()
+        .filter(|l| l.contains(": epoch "))
         .filter_map(|l| l.split(" loss ").nth(1))
         .filter_map(|v| v.trim().parse().ok())
         .collect()
@@ -280,8 +285,15 @@ async fn ps_strategy_trains_to_the_end_and_running_pods_are_cleaned() {
     assert_eq!(l.len(), 2, "two epochs: {l:?}");
     assert!(l[1] < l[0], "the loss falls: {l:?}");
     assert_eq!(replica_status(&job, "Chief")["succeeded"], 1);
+    // The Evaluator, a real process too: it evaluated the Chief's last
+    // checkpoint, and the Chief waited for its note before it exited.
+    let chief_log = s.logs(&chief);
+    assert!(
+        chief_log.contains("the evaluator evaluated ckpt-2 loss "),
+        "the Chief saw the Evaluator's note of ckpt-2:\n{chief_log}"
+    );
     // cleanPodPolicy Running: the PS and Workers (which serve until
-    // stopped) are deleted once the job is done.
+    // stopped) are deleted once the job is done ...
     support::wait_until(
         "the PS and Worker Pods to be deleted",
         Duration::from_secs(120),
@@ -297,6 +309,26 @@ async fn ps_strategy_trains_to_the_end_and_running_pods_are_cleaned() {
         },
     )
     .await;
+    // ... and finished Pods are kept (Kubeflow deletes Running and Pending
+    // ones only): the Chief's, Succeeded; whatever else is left has ended.
+    let left: Vec<(String, String)> = s
+        .pods(&name)
+        .await
+        .into_iter()
+        .map(|p| {
+            let phase = p.status.and_then(|st| st.phase).unwrap_or_default();
+            (p.metadata.name.unwrap_or_default(), phase)
+        })
+        .collect();
+    assert!(
+        left.contains(&(chief.clone(), "Succeeded".to_owned())),
+        "the Chief's Pod is kept, Succeeded: {left:?}"
+    );
+    assert!(
+        left.iter()
+            .all(|(_, phase)| phase == "Succeeded" || phase == "Failed"),
+        "no Running or Pending Pod is left: {left:?}"
+    );
 }
 
 /// Kills the `tensorflow` container's process of a Pod from the host, with

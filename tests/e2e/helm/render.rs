@@ -184,7 +184,14 @@ fn the_network_policy_admits_only_the_named_peers_and_lets_out_only_api_server_t
     );
     assert_eq!(
         policy["egress"],
-        yaml("- ports: [{port: 443, protocol: TCP}, {port: 6443, protocol: TCP}]")
+        yaml(
+            "- ports: [{port: 443, protocol: TCP}, {port: 6443, protocol: TCP}]
+- ports: [{port: 53, protocol: UDP}, {port: 53, protocol: TCP}]
+  to:
+  - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: kube-system}}
+    podSelector: {matchLabels: {k8s-app: kube-dns}}"
+        ),
+        "the API server's ports anywhere, DNS to the kube-dns Pods, no OTLP rule without tracing"
     );
 
     // Without the test Pod and without peers, no ingress at all (an empty
@@ -225,6 +232,8 @@ fn the_network_policy_admits_only_the_named_peers_and_lets_out_only_api_server_t
         r#"networkPolicy.apiServerCidrs=["10.0.0.10/32"]"#,
         "--set-json",
         "networkPolicy.apiServerPorts=[6443]",
+        "--set",
+        "networkPolicy.dns.enabled=false",
     ]);
     let policy = &one(&named, "NetworkPolicy")["spec"];
     assert_eq!(
@@ -242,6 +251,184 @@ fn the_network_policy_admits_only_the_named_peers_and_lets_out_only_api_server_t
             "- ports: [{port: 6443, protocol: TCP}]
   to: [{ipBlock: {cidr: 10.0.0.10/32}}]"
         )
+    );
+}
+
+/// The port `tracing.otlpEndpoint` names: the URL's own, else its scheme's
+/// (worked out here, apart from the template's `urlParse`).
+fn otlp_port(endpoint: &str) -> u64 {
+    let (scheme, rest) = endpoint.split_once("://").expect("an http(s) URL");
+    let authority = rest.split('/').next().unwrap_or_default();
+    let explicit = authority
+        .rsplit_once(':')
+        .map(|(_, port)| port)
+        .filter(|port| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()));
+    match explicit {
+        Some(port) => port.parse().expect("a port number"),
+        None if scheme == "https" => 443,
+        None => 80,
+    }
+}
+
+/// The egress rules the chart should render for `value` (a dotted path's
+/// value: the values file's, else values.yaml's): the API server, DNS, the
+/// OTLP collector's port when tracing is on, then extraEgress as written.
+fn expected_egress(value: impl Fn(&str) -> serde_yaml::Value) -> serde_yaml::Value {
+    let ports = |ports: Vec<(u64, &str)>| {
+        serde_yaml::Value::Sequence(
+            ports
+                .into_iter()
+                .map(|(port, protocol)| yaml(&format!("{{port: {port}, protocol: {protocol}}}")))
+                .collect(),
+        )
+    };
+    let rule = |ports: serde_yaml::Value, to: serde_yaml::Value| {
+        let mut rule = serde_yaml::Mapping::new();
+        rule.insert("ports".into(), ports);
+        if to.as_sequence().is_some_and(|to| !to.is_empty()) {
+            rule.insert("to".into(), to);
+        }
+        serde_yaml::Value::Mapping(rule)
+    };
+    let seq = |path: &str| value(path).as_sequence().cloned().unwrap_or_default();
+    let api_ports = seq("networkPolicy.apiServerPorts")
+        .iter()
+        .map(|p| (p.as_u64().expect("a port"), "TCP"))
+        .collect();
+    let api_to = seq("networkPolicy.apiServerCidrs")
+        .iter()
+        .map(|cidr| {
+            let mut block = serde_yaml::Mapping::new();
+            block.insert("cidr".into(), cidr.clone());
+            let mut peer = serde_yaml::Mapping::new();
+            peer.insert("ipBlock".into(), serde_yaml::Value::Mapping(block));
+            serde_yaml::Value::Mapping(peer)
+        })
+        .collect();
+    let mut rules = vec![rule(ports(api_ports), serde_yaml::Value::Sequence(api_to))];
+    if value("networkPolicy.dns.enabled").as_bool() != Some(false) {
+        rules.push(rule(
+            ports(vec![(53, "UDP"), (53, "TCP")]),
+            value("networkPolicy.dns.to"),
+        ));
+    }
+    if let Some(endpoint) = value("tracing.otlpEndpoint")
+        .as_str()
+        .filter(|e| !e.is_empty())
+    {
+        rules.push(rule(
+            ports(vec![(otlp_port(endpoint), "TCP")]),
+            value("networkPolicy.otlpTo"),
+        ));
+    }
+    rules.extend(seq("networkPolicy.extraEgress"));
+    serde_yaml::Value::Sequence(rules)
+}
+
+/// The value at a dotted path in a values document, if it is set there.
+fn lookup(values: &serde_yaml::Value, path: &str) -> Option<serde_yaml::Value> {
+    path.split('.')
+        .try_fold(values, |at, key| at.get(key))
+        .cloned()
+}
+
+#[test]
+#[ignore = "needs the harness-built helm: make e2e"]
+fn the_network_policy_lets_out_dns_the_collector_and_extra_egress_for_every_values_file() {
+    let read = |path: &std::path::Path| -> serde_yaml::Value {
+        let text = std::fs::read_to_string(path).expect("a values file");
+        serde_yaml::from_str(&text).expect("valid YAML values")
+    };
+    let defaults = read(&std::path::Path::new(CHART.as_str()).join("values.yaml"));
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(std::path::Path::new(CHART.as_str()).join("ci"))
+            .expect("the chart's ci/ directory")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.to_string_lossy().ends_with("-values.yaml"))
+            .collect();
+    files.sort();
+    let mut runs: Vec<Option<PathBuf>> = vec![None];
+    runs.extend(files.into_iter().map(Some));
+    let mut traced = 0;
+    for file in runs {
+        let values = file.as_deref().map(read).unwrap_or_default();
+        let value = |path: &str| {
+            lookup(&values, path)
+                .or_else(|| lookup(&defaults, path))
+                .unwrap_or_default()
+        };
+        // Every file's policy, whether or not the file turns it on.
+        let mut args = vec!["--set".to_owned(), "networkPolicy.enabled=true".to_owned()];
+        if let Some(file) = &file {
+            args.extend(["--values".to_owned(), file.display().to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let objects = render(&args);
+        let policy = &one(&objects, "NetworkPolicy")["spec"];
+        let expected = expected_egress(value);
+        assert_eq!(
+            policy["egress"],
+            expected,
+            "the egress rendered with {file:?}:\n{}",
+            serde_yaml::to_string(&policy["egress"]).unwrap_or_default()
+        );
+        if value("tracing.otlpEndpoint")
+            .as_str()
+            .is_some_and(|e| !e.is_empty())
+        {
+            traced += 1;
+        }
+    }
+    assert!(
+        traced >= 2,
+        "the ci/ files trace to a collector in at least two of them"
+    );
+
+    // The port of each form of endpoint, as literals.
+    for (endpoint, port) in [
+        ("http://otel-collector.observability:4318", 4318),
+        ("https://otel-collector.observability:4318/", 4318),
+        ("http://collector.example", 80),
+        ("https://collector.example/otlp", 443),
+        ("http://[fd00::1]:4318", 4318),
+        ("https://[fd00::1]", 443),
+    ] {
+        assert_eq!(otlp_port(endpoint), port, "{endpoint}");
+        let objects = render(&[
+            "--set",
+            "networkPolicy.enabled=true",
+            "--set",
+            &format!("tracing.otlpEndpoint={endpoint}"),
+        ]);
+        let egress = &one(&objects, "NetworkPolicy")["spec"]["egress"];
+        assert_eq!(
+            egress[2],
+            yaml(&format!("ports: [{{port: {port}, protocol: TCP}}]")),
+            "{endpoint}: the collector's port, to any address"
+        );
+    }
+    // DNS: [] opens port 53 to any address; off removes the rule.
+    let open = render(&[
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set-json",
+        "networkPolicy.dns.to=[]",
+    ]);
+    assert_eq!(
+        one(&open, "NetworkPolicy")["spec"]["egress"][1],
+        yaml("ports: [{port: 53, protocol: UDP}, {port: 53, protocol: TCP}]")
+    );
+    let off = render(&[
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "networkPolicy.dns.enabled=false",
+    ]);
+    let egress = &one(&off, "NetworkPolicy")["spec"]["egress"];
+    assert_eq!(
+        egress.as_sequence().map(Vec::len),
+        Some(1),
+        "the API server only"
     );
 }
 
