@@ -13,7 +13,8 @@
 //!   is in flight that long (the proxy delivers what a dead client sent, as
 //!   a network would). This test watches the Pods itself; an aimed kill
 //!   comes a seeded 0 to [`WRITE_DELAY`] + 50 ms after it saw a Pod fail
-//!   with 137. The audit log then tells where each kill landed: before the
+//!   with 137 (the first one within a third of [`WRITE_DELAY`], so that
+//!   even a short run has one kill in the window). The audit log then tells where each kill landed: before the
 //!   bookkeeping write of that job reached the API server (in the window) or
 //!   after. On a build that deletes first and writes the bookkeeping after,
 //!   the delete is in flight for [`WRITE_DELAY`] with the bookkeeping write
@@ -139,12 +140,20 @@ async fn sigkill_scenario(all_namespaces: bool) {
 
     let scripts = workload::scripts(&mut rng, jobs, Duration::from_millis(1500 * rounds as u64));
     // Three rounds in four are aimed at a retryable failure (see the module
-    // docs); the others kill at a random time.
+    // docs); the others kill at a random time. The first aimed kill comes
+    // within a third of WRITE_DELAY, well before the bookkeeping write can
+    // reach the API server (it is in flight for WRITE_DELAY after the
+    // operator's own watch saw the failure), so a short run, which may aim
+    // only once, still has a kill in the window; the later ones spread over
+    // both sides of the write.
     let aim_window = WRITE_DELAY + Duration::from_millis(50);
+    let sure_aim = WRITE_DELAY / 3;
     let kill_plan: Vec<(bool, u64, u64)> = (0..rounds)
         .map(|i| {
             let aimed = i % 4 != 0;
-            let wait = if aimed {
+            let wait = if i == 1 {
+                rng.random_range(0..sure_aim.as_millis() as u64)
+            } else if aimed {
                 rng.random_range(0..aim_window.as_millis() as u64)
             } else {
                 rng.random_range(300..3000)
