@@ -124,6 +124,7 @@ KUBEFLOW_CRD_TESTS=(
   gang::the_group_follows_
   gang::a_scheduling_policy_added_later_
   restarting::
+  managed_by::
   kubeflow_crd::
 )
 

@@ -21,6 +21,7 @@ use super::cached::{CachedPod, CachedService, slim_status};
 use super::gang::GangScheduling;
 use super::kueue::Kueue;
 use super::kueue::api::{ResourceFlavor, Workload};
+use super::managed_by::ManagerMemory;
 use super::metrics::JobMetrics;
 use super::observer::ExpectationsObserver;
 use super::plan::PlanConfig;
@@ -183,6 +184,7 @@ pub fn reconciler(
         force_delete_on_any_node: options.force_delete_on_any_node,
         written: WrittenStatus::default(),
         deferred: DeferredStatus::default(),
+        managers: ManagerMemory::default(),
     }
 }
 

@@ -17,6 +17,7 @@ pub mod index_set;
 mod kubeflow_module;
 pub mod kueue;
 pub mod lost_node;
+pub mod managed_by;
 pub mod messages;
 #[cfg(test)]
 mod messages_tests;

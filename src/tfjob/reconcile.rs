@@ -29,6 +29,7 @@ use crate::tfjob::kueue::api::{ResourceFlavor, Workload};
 
 use super::cached::{CachedPod, CachedService};
 use super::kueue::gate::Seen;
+use super::managed_by::{ManagerMemory, REASON_MANAGED_BY_CHANGE_IGNORED, Verdict};
 use super::metrics::JobMetrics;
 use super::plan::{Action, Observed, Plan, PlanConfig, plan};
 use super::read_your_writes::WrittenStatus;
@@ -155,6 +156,8 @@ pub struct TfJobReconciler {
     pub written: WrittenStatus,
     /// Status changes planned but waiting to be written with the next ones.
     pub deferred: DeferredStatus,
+    /// Each job's `managedBy` as first seen ([`super::managed_by`]).
+    pub managers: ManagerMemory,
 }
 
 impl TfJobReconciler {
@@ -188,12 +191,32 @@ impl TfJobReconciler {
             self.release_workloads(key).await?;
         }
         let (workloads, flavors) = self.kueue_view(key);
+        // A `managedBy` changed since first seen is not acted on: the plan
+        // sees the job as it was created ([`super::managed_by`]).
+        let as_created = match self.managers.check(key, &job) {
+            Verdict::Unchanged => None,
+            Verdict::Changed {
+                job: as_created,
+                warning,
+            } => {
+                if let Some(message) = warning {
+                    tracing::warn!(%key, "{message}");
+                    self.recorder.publish(
+                        job.as_ref(),
+                        event_type(true),
+                        REASON_MANAGED_BY_CHANGE_IGNORED,
+                        message,
+                    );
+                }
+                Some(as_created)
+            }
+        };
 
         // Plan (pure).
         let plan = tracing::debug_span!("plan").in_scope(|| {
             plan(
                 &Observed {
-                    job: &job,
+                    job: as_created.as_deref().unwrap_or(&job),
                     pods: &pods,
                     services: &services,
                     pod_group: pod_group.as_deref(),

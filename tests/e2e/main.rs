@@ -29,6 +29,7 @@ mod kubeflow_crd;
 mod kueue;
 mod kueue_workload;
 mod lost_node;
+mod managed_by;
 mod manager;
 mod multikueue;
 mod observability;

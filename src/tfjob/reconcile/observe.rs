@@ -77,6 +77,7 @@ impl TfJobReconciler {
             self.expectations.forget(key);
             self.written.forget(key);
             self.deferred.forget(key);
+            self.managers.forget(key);
             // So do its Kueue Workloads, once Kueue's finalizer is off them.
             self.release_workloads(key).await?;
             return Ok(Observation::Gone);

@@ -506,3 +506,53 @@ fn helm_3_and_helm_4_render_the_same_objects_from_every_values_file() {
         assert_eq!(helm3, helm4, "Helm 3 and Helm 4 disagree with {args:?}");
     }
 }
+
+#[test]
+#[ignore = "needs the harness-built helm: make e2e"]
+fn the_managed_by_policy_comes_only_with_another_installations_crd() {
+    let policies = |args: &[&str]| {
+        let objects = render(args);
+        (
+            of_kind(&objects, "ValidatingAdmissionPolicy").len(),
+            of_kind(&objects, "ValidatingAdmissionPolicyBinding")
+                .into_iter()
+                .cloned()
+                .collect::<Vec<_>>(),
+        )
+    };
+    // Our CRD refuses the change itself (CEL): no policy.
+    assert_eq!(policies(&[]).0, 0);
+    let (n, bindings) = policies(&["--set", "crd.install=false"]);
+    assert_eq!(
+        (n, bindings.len()),
+        (1, 1),
+        "policy and binding with crd.install=false"
+    );
+    assert_eq!(bindings[0]["spec"]["validationActions"], yaml("[Deny]"));
+    assert!(
+        bindings[0]["spec"].get("matchResources").is_none(),
+        "every namespace when all are watched"
+    );
+    let (_, bindings) = policies(&[
+        "--set",
+        "crd.install=false",
+        "--set",
+        "watchNamespace=team-a",
+    ]);
+    assert_eq!(
+        bindings[0]["spec"]["matchResources"]["namespaceSelector"]["matchLabels"],
+        yaml("kubernetes.io/metadata.name: team-a"),
+        "only the watched namespace"
+    );
+    let (n, bindings) = policies(&[
+        "--set",
+        "crd.install=false",
+        "--set",
+        "crd.managedByPolicy=false",
+    ]);
+    assert_eq!(
+        (n, bindings.len()),
+        (0, 0),
+        "crd.managedByPolicy=false leaves it out"
+    );
+}
