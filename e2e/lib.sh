@@ -40,6 +40,41 @@ bin_dir() { echo "$TOOLS_DIR/bin-k8s-$KUBE_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK
 log() { printf '%s [%s] %s\n' "$(date -u +%H:%M:%S)" "${LOG_TAG:-e2e}" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# Runs a long step in the background (its output to LOGFILE) and says every
+# 30 s that it still runs, so a cold build never looks hung: for a
+# `go build -v` (one line per package compiled) how many packages so far,
+# otherwise the step's last line of output.
+# Usage: with_progress WHAT LOGFILE COMMAND...   (WHAT: "building Helm v3.19.0")
+with_progress() {
+  local what="$1" logfile="$2"
+  shift 2
+  local start=$SECONDS is_go=0
+  [[ " $* " == *" go build -v "* || " $* " == *" go install -v "* ]] && is_go=1
+  "$@" >"$logfile" 2>&1 &
+  local pid=$! next=$((start + 30)) detail
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 2
+    if ((SECONDS >= next)); then
+      next=$((next + 30))
+      if ((is_go)); then
+        detail="$(grep -vc '^go: downloading' "$logfile" || true) packages so far"
+      else
+        detail=$(tail -n 1 "$logfile" | cut -c1-80)
+      fi
+      log "  still $what: $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s ($detail)"
+    fi
+  done
+  if ! wait "$pid"; then
+    tail -n 40 "$logfile" >&2
+    die "$what failed (full log: $logfile)"
+  fi
+  log "  $what: done in $((SECONDS - start)) s"
+}
+
+# Builds into <dir>.tmp and renames, so an interrupted build never leaves a
+# directory that looks complete.
+finish() { rm -rf "$1" && mv "$1.tmp" "$1"; }
+
 # Ports: whether one is listened on, and a random free one in a range away
 # from the usual ephemeral range, unique within this run (callers reset
 # PICKED=() when they start choosing).

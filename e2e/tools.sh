@@ -27,33 +27,6 @@ export LOG_TAG=tools
 # shellcheck source=e2e/lib.sh
 source "$(dirname "$0")/lib.sh"
 
-# Runs a long command in the background and says every 30 s that it is still
-# going (and how many packages `go build -v` has compiled), so a cold build
-# never looks hung.
-with_progress() {
-  local what="$1" logfile="$2"
-  shift 2
-  local start=$SECONDS
-  "$@" >"$logfile" 2>&1 &
-  local pid=$! next=$((start + 30))
-  while kill -0 "$pid" 2>/dev/null; do
-    sleep 2
-    if ((SECONDS >= next)); then
-      next=$((next + 30))
-      log "  still building $what: $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s, $(grep -vc '^go: downloading' "$logfile" || true) packages so far"
-    fi
-  done
-  if ! wait "$pid"; then
-    tail -n 40 "$logfile" >&2
-    die "building $what failed (full log: $logfile)"
-  fi
-  log "  built $what in $((SECONDS - start)) s"
-}
-
-# Builds into <dir>.tmp and renames, so an interrupted build never leaves a
-# directory that looks complete.
-finish() { rm -rf "$1" && mv "$1.tmp" "$1"; }
-
 # True when what a command prints holds WANT. Not `cmd | grep -q`: under
 # pipefail that fails at random, when grep exits at its first match while the
 # command is still writing (it dies of SIGPIPE; kubectl prints two lines).
@@ -103,7 +76,7 @@ build_kubernetes() {
   log "building Kubernetes $KUBE_VERSION: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl"
   log "  (a cold build downloads ~1.6 GB of modules and compiles for roughly 5-15 minutes on 2 cores; warm: seconds)"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
-  (cd "$module" && with_progress "Kubernetes $KUBE_VERSION" "$dir.tmp/build.log" \
+  (cd "$module" && with_progress "building Kubernetes $KUBE_VERSION" "$dir.tmp/build.log" \
     go build -v -trimpath -buildvcs=false -ldflags "$ldflags" -o "$dir.tmp/bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
@@ -118,7 +91,7 @@ build_kwok() {
   [[ -x "$dir/bin/kwok" ]] && return
   log "building KWOK $KWOK_VERSION (go install; a few minutes cold)"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
-  with_progress "KWOK $KWOK_VERSION" "$dir.tmp/build.log" \
+  with_progress "building KWOK $KWOK_VERSION" "$dir.tmp/build.log" \
     env GOBIN="$dir.tmp/bin" go install -v -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   finish "$dir"
 }
@@ -137,7 +110,7 @@ build_helm() {
   ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
   ldflags+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$minor"
   ldflags+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor"
-  with_progress "Helm $HELM_VERSION" "$dir.tmp/build.log" \
+  with_progress "building Helm $HELM_VERSION" "$dir.tmp/build.log" \
     env GOBIN="$dir.tmp/bin" go install -v -trimpath -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
   prints "$HELM_VERSION" "$dir.tmp/bin/helm" version --short || die "helm was not stamped with $HELM_VERSION"
   finish "$dir"
@@ -157,7 +130,7 @@ build_helm4() {
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
   local ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=$HELM4_VERSION"
   ldflags+=" -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
-  with_progress "Helm $HELM4_VERSION" "$dir.tmp/build.log" \
+  with_progress "building Helm $HELM4_VERSION" "$dir.tmp/build.log" \
     env GOBIN="$dir.tmp/bin" go install -v -trimpath -ldflags "$ldflags" "helm.sh/helm/v4/cmd/helm@$HELM4_VERSION"
   prints "$HELM4_VERSION" "$dir.tmp/bin/helm" version --short || die "helm4 was not stamped with $HELM4_VERSION"
   finish "$dir"
@@ -177,7 +150,7 @@ build_prometheus() {
   log "building Prometheus $PROMETHEUS_VERSION and promtool (go install; ~4 min cold)"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
   local ldflags="-s -w -X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION"
-  with_progress "Prometheus $PROMETHEUS_VERSION" "$dir.tmp/build.log" \
+  with_progress "building Prometheus $PROMETHEUS_VERSION" "$dir.tmp/build.log" \
     env GOBIN="$dir.tmp/bin" go install -v -trimpath -ldflags "$ldflags" \
     "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION" \
     "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
@@ -203,7 +176,7 @@ build_kueue() {
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
   # The stamp shows in Kueue's first log line ("Initializing", gitVersion).
   local ldflags="-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
-  with_progress "Kueue $KUEUE_VERSION" "$dir.tmp/build.log" \
+  with_progress "building Kueue $KUEUE_VERSION" "$dir.tmp/build.log" \
     env GOBIN="$dir.tmp/bin" go install -v -trimpath -ldflags "$ldflags" "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
   finish "$dir"
 }
@@ -225,7 +198,7 @@ build_jaeger() {
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
   # The stamp shows in `jaeger version` and Jaeger's build_info metric.
   local ldflags="-s -w -X github.com/jaegertracing/jaeger/internal/version.latestVersion=$JAEGER_VERSION"
-  (cd "$E2E_DIR/jaeger" && with_progress "Jaeger $JAEGER_VERSION" "$dir.tmp/build.log" \
+  (cd "$E2E_DIR/jaeger" && with_progress "building Jaeger $JAEGER_VERSION" "$dir.tmp/build.log" \
     go build -v -trimpath -buildvcs=false -ldflags "$ldflags" -o "$dir.tmp/bin/jaeger" \
     github.com/jaegertracing/jaeger/cmd/jaeger)
   prints "$JAEGER_VERSION" "$dir.tmp/bin/jaeger" version || die "jaeger was not stamped with $JAEGER_VERSION"

@@ -84,27 +84,6 @@ fetch_wheels() {
   log "  wheels downloaded in $((SECONDS - start)) s"
 }
 
-# Runs a long step in the background, saying every 30 s that it still runs.
-with_progress() {
-  local what="$1" logfile="$2"
-  shift 2
-  local start=$SECONDS
-  "$@" >"$logfile" 2>&1 &
-  local pid=$! next=$((start + 30))
-  while kill -0 "$pid" 2>/dev/null; do
-    sleep 2
-    if ((SECONDS >= next)); then
-      next=$((next + 30))
-      log "  still $what: $((SECONDS - start)) s ($(tail -n 1 "$logfile" | cut -c1-80))"
-    fi
-  done
-  if ! wait "$pid"; then
-    tail -n 40 "$logfile" >&2
-    die "$what failed (full log: $logfile)"
-  fi
-  log "  $what: done in $((SECONDS - start)) s"
-}
-
 # mmdebstrap's customize hook (it runs `tensorflow.sh --customize-hook ROOT
 # WHEELS`): installs the wheels with the rootfs' own python3, so they land
 # where Debian's python looks (/usr/local/lib/python3.11/dist-packages), then

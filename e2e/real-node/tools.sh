@@ -32,29 +32,6 @@ crictl_dir() { echo "$TOOLS_DIR/crictl-$CRICTL_VERSION"; }
 coredns_dir() { echo "$TOOLS_DIR/coredns-$COREDNS_VERSION-$(cat "$E2E_DIR/real-node/coredns/"{main.go,go.mod,go.sum} | sha256sum | cut -c1-12)"; }
 real_bin_dir() { echo "$TOOLS_DIR/bin-real-node-k8s-$REAL_NODE_KUBE_VERSION-crictl-$CRICTL_VERSION-$(basename "$(coredns_dir)")"; }
 
-# Runs a long command in the background and says every 30 s that it is still going.
-with_progress() {
-  local what="$1" logfile="$2"
-  shift 2
-  local start=$SECONDS
-  "$@" >"$logfile" 2>&1 &
-  local pid=$! next=$((start + 30))
-  while kill -0 "$pid" 2>/dev/null; do
-    sleep 2
-    if ((SECONDS >= next)); then
-      next=$((next + 30))
-      log "  still building $what: $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s, $(grep -vc '^go: downloading' "$logfile" || true) packages so far"
-    fi
-  done
-  if ! wait "$pid"; then
-    tail -n 40 "$logfile" >&2
-    die "building $what failed (full log: $logfile)"
-  fi
-  log "  built $what in $((SECONDS - start)) s"
-}
-
-finish() { rm -rf "$1" && mv "$1.tmp" "$1"; }
-
 build_kubelet() {
   local dir
   dir=$(kubelet_dir)
@@ -71,7 +48,7 @@ build_kubelet() {
   done
   log "building kubelet and kube-proxy $REAL_NODE_KUBE_VERSION (cold: roughly 5-10 minutes on 2 cores)"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
-  (cd "$module" && with_progress "kubelet $REAL_NODE_KUBE_VERSION" "$dir.tmp/build.log" \
+  (cd "$module" && with_progress "building kubelet $REAL_NODE_KUBE_VERSION" "$dir.tmp/build.log" \
     go build -v -trimpath -buildvcs=false -ldflags "$ldflags" -o "$dir.tmp/bin/" \
     k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
   [[ "$("$dir.tmp/bin/kubelet" --version)" == "Kubernetes $REAL_NODE_KUBE_VERSION" ]] \
@@ -85,7 +62,7 @@ build_crictl() {
   [[ -x "$dir/bin/crictl" ]] && return
   log "building crictl $CRICTL_VERSION (go install; a minute or two cold)"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
-  with_progress "crictl $CRICTL_VERSION" "$dir.tmp/build.log" \
+  with_progress "building crictl $CRICTL_VERSION" "$dir.tmp/build.log" \
     env GOBIN="$dir.tmp/bin" go install -v -trimpath \
     -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" \
     "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
@@ -101,7 +78,7 @@ build_coredns() {
     || die "e2e/real-node/coredns/go.mod does not pin github.com/coredns/coredns $COREDNS_VERSION (COREDNS_VERSION in versions.env): edit it and run go mod tidy there"
   log "building CoreDNS $COREDNS_VERSION (wrapper module e2e/real-node/coredns; a minute or two cold)"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
-  (cd "$module" && with_progress "CoreDNS $COREDNS_VERSION" "$dir.tmp/build.log" \
+  (cd "$module" && with_progress "building CoreDNS $COREDNS_VERSION" "$dir.tmp/build.log" \
     go build -v -trimpath -buildvcs=false -ldflags "-s -w" -o "$dir.tmp/bin/coredns" .)
   [[ "$("$dir.tmp/bin/coredns" -version)" == *"CoreDNS-${COREDNS_VERSION#v}"* ]] || die "coredns is not $COREDNS_VERSION"
   finish "$dir"
