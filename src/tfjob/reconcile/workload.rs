@@ -122,22 +122,17 @@ impl TfJobReconciler {
                     }),
                     ..DeleteParams::default()
                 };
-                match api
+                let sent = api
                     .delete(name, &params)
                     .instrument(write_span("delete", "workload", name))
-                    .await
-                {
-                    Ok(_) => {
-                        self.recorder.normal(
-                            job,
-                            event::KUEUE_DELETED_WORKLOAD,
-                            format!("Deleted not matching Workload: {namespace}/{name}"),
-                        );
-                        Ok(())
-                    }
-                    Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()),
-                    Err(e) => Err(("delete", name.clone(), e)),
-                }
+                    .await;
+                settle(sent, "delete", name, GONE_OR_CHANGED, || {
+                    self.recorder.normal(
+                        job,
+                        event::KUEUE_DELETED_WORKLOAD,
+                        format!("Deleted not matching Workload: {namespace}/{name}"),
+                    );
+                })
             }
             WorkloadWrite::ReleaseFinalizer {
                 name,
@@ -164,41 +159,31 @@ impl TfJobReconciler {
                     "ownerReferences": owners,
                     "labels": { crate::tfjob::kueue::api::LABEL_JOB_UID: owner.uid },
                 }});
-                match api
+                let sent = api
                     .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                     .instrument(write_span("patch", "workload", name))
-                    .await
-                {
-                    Ok(_) => {
-                        self.recorder.normal(
-                            job,
-                            event::KUEUE_UPDATED_WORKLOAD,
-                            format!("Adopted prebuilt Workload: {namespace}/{name}"),
-                        );
-                        Ok(())
-                    }
-                    Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()),
-                    Err(e) => Err(("patch", name.clone(), e)),
-                }
+                    .await;
+                settle(sent, "patch", name, GONE_OR_CHANGED, || {
+                    self.recorder.normal(
+                        job,
+                        event::KUEUE_UPDATED_WORKLOAD,
+                        format!("Adopted prebuilt Workload: {namespace}/{name}"),
+                    );
+                })
             }
             WorkloadWrite::SetQueueName { name, queue } => {
                 let patch = serde_json::json!({ "spec": { "queueName": queue } });
-                match api
+                let sent = api
                     .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                     .instrument(write_span("patch", "workload", name))
-                    .await
-                {
-                    Ok(_) => {
-                        self.recorder.normal(
-                            job,
-                            event::KUEUE_UPDATED_WORKLOAD,
-                            format!("Moved Workload {namespace}/{name} to LocalQueue {queue}"),
-                        );
-                        Ok(())
-                    }
-                    Err(e) if is_status(&e, 404) => Ok(()),
-                    Err(e) => Err(("patch", name.clone(), e)),
-                }
+                    .await;
+                settle(sent, "patch", name, GONE, || {
+                    self.recorder.normal(
+                        job,
+                        event::KUEUE_UPDATED_WORKLOAD,
+                        format!("Moved Workload {namespace}/{name} to LocalQueue {queue}"),
+                    );
+                })
             }
             WorkloadWrite::ApplyStatus {
                 name,
@@ -207,26 +192,19 @@ impl TfJobReconciler {
                 finished,
             } => {
                 let params = PatchParams::apply(manager).force();
-                match api
+                let sent = api
                     .patch_status(name, &params, &Patch::Apply(body))
                     .instrument(write_span("apply", "workload/status", name))
-                    .await
-                {
-                    Ok(_) => {
-                        if *finished {
-                            self.recorder.normal(
-                                job,
-                                event::KUEUE_FINISHED_WORKLOAD,
-                                format!("Workload '{namespace}/{name}' is declared finished"),
-                            );
-                        }
-                        Ok(())
+                    .await;
+                settle(sent, "apply", name, GONE_OR_CHANGED, || {
+                    if *finished {
+                        self.recorder.normal(
+                            job,
+                            event::KUEUE_FINISHED_WORKLOAD,
+                            format!("Workload '{namespace}/{name}' is declared finished"),
+                        );
                     }
-                    // Gone, or changed since the cache had it: the watch
-                    // event that follows plans again from the newer one.
-                    Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()),
-                    Err(e) => Err(("apply", name.clone(), e)),
-                }
+                })
             }
         };
         result.map_err(|(verb, name, source)| {
@@ -251,7 +229,7 @@ impl TfJobReconciler {
         api: &Api<Workload>,
         workload: &Workload,
         priority: Option<&PriorityClassRef>,
-    ) -> Result<(), (&'static str, String, kube::Error)> {
+    ) -> Result<(), Unsettled> {
         let name = workload.metadata.name.clone().unwrap_or_default();
         let mut workload = workload.clone();
         if let Some(class) = priority {
@@ -274,27 +252,22 @@ impl TfJobReconciler {
                 }
             }
         }
-        match unread::create(
+        let sent = unread::create(
             &self.client,
             api,
             &PostParams::default(),
             &WorkloadCreate::new(&workload),
         )
         .instrument(write_span("create", "workload", &name))
-        .await
-        {
-            Ok(()) => {
-                let namespace = workload.metadata.namespace.as_deref().unwrap_or_default();
-                self.recorder.normal(
-                    job,
-                    event::KUEUE_CREATED_WORKLOAD,
-                    format!("Created Workload: {namespace}/{name}"),
-                );
-                Ok(())
-            }
-            Err(e) if is_status(&e, 409) => Ok(()),
-            Err(e) => Err(("create", name, e)),
-        }
+        .await;
+        settle(sent, "create", &name, EXISTS, || {
+            let namespace = workload.metadata.namespace.as_deref().unwrap_or_default();
+            self.recorder.normal(
+                job,
+                event::KUEUE_CREATED_WORKLOAD,
+                format!("Created Workload: {namespace}/{name}"),
+            );
+        })
     }
 
     async fn priority_value(&self, class: &PriorityClassRef) -> Result<i32, kube::Error> {
@@ -320,15 +293,42 @@ async fn release(
     let patch = serde_json::json!({
         "metadata": { "finalizers": finalizers, "resourceVersion": resource_version }
     });
-    match api
+    let sent = api
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .instrument(write_span("patch", "workload", name))
-        .await
-    {
-        Ok(_) => Ok(()),
-        // Gone, or changed since the cache had it (Kueue writes its status
-        // too): the watch event for the newer one plans again.
-        Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()),
-        Err(e) => Err(write_error("patch", "workload", name.to_owned(), e)),
+        .await;
+    // Changed since the cache had it includes Kueue's own status writes.
+    settle(sent, "patch", name, GONE_OR_CHANGED, || {})
+        .map_err(|(verb, name, e)| write_error(verb, "workload", name, e))
+}
+
+/// A failed Workload write: its verb, the Workload's name, the error.
+type Unsettled = (&'static str, String, kube::Error);
+
+/// Answers a Workload write may get without being an error: 404 (gone) and
+/// 409 (changed since the cache had it, or created already: the watch event
+/// that follows plans again from the newer one).
+const GONE_OR_CHANGED: &[u16] = &[404, 409];
+/// Gone only: a queue move on a changed Workload is still worth a retry.
+const GONE: &[u16] = &[404];
+/// Created already (an earlier pass, or Kueue's built-in).
+const EXISTS: &[u16] = &[409];
+
+/// A Workload write's answer as the pass takes it: done (`on_done` says so,
+/// e.g. with an Event), one of `tolerated`, or an error to report.
+fn settle<T>(
+    sent: kube::Result<T>,
+    verb: &'static str,
+    name: &str,
+    tolerated: &[u16],
+    on_done: impl FnOnce(),
+) -> Result<(), Unsettled> {
+    match sent {
+        Ok(_) => {
+            on_done();
+            Ok(())
+        }
+        Err(e) if tolerated.iter().any(|code| is_status(&e, *code)) => Ok(()),
+        Err(e) => Err((verb, name.to_owned(), e)),
     }
 }
