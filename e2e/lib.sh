@@ -113,3 +113,82 @@ run_e2e_on_a_cluster() {
   cd "$REPO_DIR"
   cargo test --test e2e -- --ignored "$filter"
 }
+
+# ---------------------------------------------------------------- components
+# The processes a script starts and stops: e2e/cluster.sh (the control plane)
+# and e2e/real-node/node.sh (the real node). The script sets COMPONENTS_HOME
+# (pid files go to $COMPONENTS_HOME/pids; every component gets a flag
+# pointing into that dir, which is how a pid is known to be ours) and D (logs
+# go to $D/logs), and defines stop_after_failed_start.
+
+pid_of() { cat "$COMPONENTS_HOME/pids/$1.pid" 2>/dev/null || true; }
+
+# True when the pid file names a live process that is really ours: the pid may
+# have been reused, so its command line must mention COMPONENTS_HOME.
+is_ours() {
+  local pid
+  pid=$(pid_of "$1")
+  [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$COMPONENTS_HOME/"
+}
+
+# Starts a component detached from this shell (its own session, so a Ctrl-C
+# in the terminal that ran `make` does not kill it half-way; `down` does).
+start_component() {
+  local name="$1"
+  shift
+  mkdir -p "$D/logs" "$COMPONENTS_HOME/pids"
+  # shellcheck disable=SC2016 # $$, $0 and $@ belong to the inner shell
+  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$COMPONENTS_HOME/pids/$name.pid" "$@" \
+    >>"$D/logs/$name.log" 2>&1 </dev/null &
+  # The pid file is written by the child before it execs; wait for it.
+  local _
+  for _ in $(seq 50); do
+    [[ -s "$COMPONENTS_HOME/pids/$name.pid" ]] && return 0
+    sleep 0.1
+  done
+  die "$name did not start"
+}
+
+# SIGTERM, wait up to $2 seconds, then SIGKILL and wait for it to be gone.
+stop_component() {
+  local name="$1" grace="${2:-15}" pid
+  if ! is_ours "$name"; then
+    rm -f "$COMPONENTS_HOME/pids/$name.pid"
+    return 0
+  fi
+  pid=$(pid_of "$name")
+  kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + grace))
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "$name (pid $pid) still running ${grace}s after SIGTERM: SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  fi
+  rm -f "$COMPONENTS_HOME/pids/$name.pid"
+}
+
+# Says why a component did not come up, with the end of its log, stops what
+# was started (the script's stop_after_failed_start) and exits.
+fail_start() {
+  local name="$1" why="$2"
+  log "$name failed to start: $why"
+  log "last lines of $D/logs/$name.log:"
+  tail -n 30 "$D/logs/$name.log" >&2 || true
+  stop_after_failed_start
+  exit 1
+}
+
+# Polls `$3...` until it succeeds, while component $2 lives; gives up after
+# $1 seconds.
+wait_for() {
+  local timeout="$1" name="$2"
+  shift 2
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    is_ours "$name" || fail_start "$name" "the process exited"
+    ((SECONDS < deadline)) || fail_start "$name" "not ready after ${timeout}s"
+    sleep 0.3
+  done
+}

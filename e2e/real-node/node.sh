@@ -43,66 +43,12 @@ COMPONENTS=(kubelet kube-proxy coredns apiserver-relay containerd)
 
 # ---------------------------------------------------------------- processes (as in cluster.sh)
 
-pid_of() { cat "$R/pids/$1.pid" 2>/dev/null || true; }
-
-is_ours() {
-  local pid
-  pid=$(pid_of "$1")
-  [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$R/"
-}
-
-start_component() {
-  local name="$1"
-  shift
-  mkdir -p "$D/logs" "$R/pids"
-  # shellcheck disable=SC2016 # $$, $0 and $@ belong to the inner shell
-  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$R/pids/$name.pid" "$@" \
-    >>"$D/logs/$name.log" 2>&1 </dev/null &
-  local _
-  for _ in $(seq 50); do
-    [[ -s "$R/pids/$name.pid" ]] && return 0
-    sleep 0.1
-  done
-  die "$name did not start"
-}
-
-stop_component() {
-  local name="$1" grace="${2:-15}" pid
-  if ! is_ours "$name"; then
-    rm -f "$R/pids/$name.pid"
-    return 0
-  fi
-  pid=$(pid_of "$name")
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + grace))
-  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "$name (pid $pid) still running ${grace}s after SIGTERM: SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-  fi
-  rm -f "$R/pids/$name.pid"
-}
-
-fail_start() {
-  log "$1 failed to start: $2"
-  log "last lines of $D/logs/$1.log:"
-  tail -n 30 "$D/logs/$1.log" >&2 || true
+# pid_of, is_ours, start_component, stop_component, fail_start and wait_for:
+# e2e/lib.sh, for the real node's components (pid files in $R/pids).
+COMPONENTS_HOME="$R"
+stop_after_failed_start() {
   log "stopping the real node"
   cmd_down || true
-  exit 1
-}
-
-wait_for() {
-  local timeout="$1" name="$2"
-  shift 2
-  local deadline=$((SECONDS + timeout))
-  until "$@" >/dev/null 2>&1; do
-    is_ours "$name" || fail_start "$name" "the process exited"
-    ((SECONDS < deadline)) || fail_start "$name" "not ready after ${timeout}s"
-    sleep 0.5
-  done
 }
 
 kubectl_admin() { "$BIN/kubectl" --kubeconfig "$D/kubeconfig" "$@"; }
