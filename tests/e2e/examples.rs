@@ -30,6 +30,7 @@ use crate::support::{
     EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, client, drive_pod_exit, kubectl, run_ok,
     shared_cluster, test_namespace, wait_until,
 };
+use crate::support::{condition, wait_condition};
 
 /// Every example and the test below that checks its story. A new file in
 /// `examples/` fails `every_example_applies_unchanged` until it is listed
@@ -59,39 +60,6 @@ pub fn example(file: &str) -> PathBuf {
 pub fn apply_example(ns: &str, file: &str) {
     let path = example(file);
     run_ok(kubectl().args(["apply", "-n", ns, "-f"]).arg(&path));
-}
-
-/// The status condition `type_` of the job, if the job exists and has one.
-fn condition<'a>(
-    job: &'a TFJob,
-    type_: &str,
-) -> Option<&'a tfjob_operator::api::types::JobCondition> {
-    job.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-}
-
-/// Waits until the job's condition `type_` has `status` ("True"/"False") and returns the job.
-pub async fn wait_condition(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    type_: &str,
-    status: &str,
-) -> TFJob {
-    let jobs: Api<TFJob> = Api::namespaced(client.clone(), ns);
-    wait_until(
-        &format!("TFJob {ns}/{name} to have condition {type_}={status}"),
-        REACT,
-        || async {
-            let job = jobs.get_opt(name).await.ok().flatten()?;
-            let found = condition(&job, type_).is_some_and(|c| c.status == status);
-            found.then_some(job)
-        },
-    )
-    .await
 }
 
 /// The job's Pods (by the `training.kubeflow.org/job-name` label), by name.

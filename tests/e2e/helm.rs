@@ -39,8 +39,9 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde::Deserialize;
 use tfjob_operator::api::types::TFJob;
 
-use crate::examples::{apply_example, wait_condition, wait_pods_running};
+use crate::examples::{apply_example, wait_pods_running};
 use crate::operator::{Operator, ensure_crd};
+use crate::support::wait_condition;
 use crate::support::{
     CHART, EXIT_CODE_ANNOTATION, client, client_with_token, cluster_dir, drive_pod_exit, helm,
     kube_version, kubectl, random_suffix, run_ok, shared_cluster, test_namespace, wait_until,

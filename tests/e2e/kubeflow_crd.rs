@@ -22,7 +22,9 @@ use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::TFJob;
 
 use crate::operator::{CrdFlavor, Operator, crd_flavor, ensure_crd};
-use crate::support::{client, drive_pod_exit, shared_cluster, test_namespace, wait_until};
+use crate::support::{
+    client, drive_pod_exit, shared_cluster, test_namespace, wait_condition_within, wait_until,
+};
 
 const SLOW: Duration = Duration::from_secs(90);
 const JOB_NAME_LABEL: &str = "training.kubeflow.org/job-name";
@@ -285,20 +287,7 @@ async fn kubeflow_crd_succeeded_worker_whose_pod_is_deleted_is_not_created_again
 
     // And the job still finishes as a job whose worker 1 succeeded.
     drive_pod_exit(&client, &ns, "w-worker-0", Some("tensorflow"), 0).await;
-    wait_until(
-        &format!("the job to succeed (log: {log})"),
-        SLOW,
-        || async {
-            let job = jobs.get_opt("w").await.ok().flatten()?;
-            let done = job
-                .status?
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Succeeded" && c.status == "True");
-            done.then_some(())
-        },
-    )
-    .await;
+    wait_condition_within(&client, &ns, "w", "Succeeded", "True", SLOW).await;
     let pods_now: Vec<String> = pods
         .list(&by_job)
         .await

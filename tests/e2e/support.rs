@@ -27,6 +27,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
 use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use tfjob_operator::api::types::TFJob;
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
 /// The default Kubernetes version: `KUBE_VERSION=${KUBE_VERSION:-<default>}`
@@ -581,4 +582,51 @@ pub async fn shared_cluster() -> OwnedRwLockReadGuard<()> {
 /// See [`CLUSTER_LOCK`]: held by a test that disrupts the cluster.
 pub async fn exclusive_cluster() -> OwnedRwLockWriteGuard<()> {
     CLUSTER_LOCK.clone().write_owned().await
+}
+
+/// The status condition `type_` of the job, if it has one.
+pub fn condition<'a>(
+    job: &'a TFJob,
+    type_: &str,
+) -> Option<&'a tfjob_operator::api::types::JobCondition> {
+    job.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// Waits until the job's condition `type_` has `status` ("True"/"False") and
+/// returns the job; at most 60 s (the operator's reaction to one change on a
+/// busy machine).
+pub async fn wait_condition(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    type_: &str,
+    status: &str,
+) -> TFJob {
+    wait_condition_within(client, ns, name, type_, status, Duration::from_secs(60)).await
+}
+
+/// [`wait_condition`] with its own deadline.
+pub async fn wait_condition_within(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    type_: &str,
+    status: &str,
+    timeout: Duration,
+) -> TFJob {
+    let jobs: Api<TFJob> = Api::namespaced(client.clone(), ns);
+    wait_until(
+        &format!("TFJob {ns}/{name} to have condition {type_}={status}"),
+        timeout,
+        || async {
+            let job = jobs.get_opt(name).await.ok().flatten()?;
+            let found = condition(&job, type_).is_some_and(|c| c.status == status);
+            found.then_some(job)
+        },
+    )
+    .await
 }
