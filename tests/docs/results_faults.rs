@@ -92,7 +92,7 @@ const ROWS: [(&str, &str, &str, &str); 19] = [
     (
         "etcd-sigstop",
         "etcd SIGSTOP {stopped_s} s",
-        "converged {converged_after_s} s after SIGCONT; the operator restarted {operator_restarts} times (a lost Lease, by design); {duplicate_pods} duplicate Pods",
+        "converged {converged_after_s} s after SIGCONT; {operator_restarts} operator restarts (a lost Lease, by design); {duplicate_pods} duplicate Pods",
         "converges; 0 duplicates",
     ),
     (
@@ -110,7 +110,7 @@ const ROWS: [(&str, &str, &str, &str); 19] = [
     (
         "half-open",
         "half-open connection (every connection stranded)",
-        "the dead watch noticed **{noticed_s} s** after; the deleted Pod back at {recovered_s} s, converged at {converged_after_s} s, over {new_connections} new connections; {operator_restarts} restarts",
+        "the dead watch noticed **{noticed_s} s** after; the deleted Pod back at {recovered_s} s, everything converged {converged_after_s} s later, over {new_connections} new connections; {operator_restarts} restarts",
         "noticed (HTTP/2 ping: 30 s idle + 15 s); recovers",
     ),
     (
@@ -128,13 +128,13 @@ const ROWS: [(&str, &str, &str, &str); 19] = [
     (
         "partition-defaults",
         "{partition_s} s blackhole at the default lease settings, {jobs} jobs",
-        "the operator restarted {operator_restarts_in_partition} times in the partition ({operator_restarts} in all); **recovered {recovered_s} s** after the heal; {duplicate_pod_slots} duplicate Pod slots, {create_conflicts} conflicts, {children_recreated_for_deleted_job} children of the deleted job re-created",
+        "{operator_restarts_in_partition} operator restarts in the partition ({operator_restarts} in all); **recovered {recovered_s} s** after the heal; {duplicate_pod_slots} duplicate Pod slots, {create_conflicts} conflicts, {children_recreated_for_deleted_job} children of the deleted job re-created",
         "≤ {recovery_bound_s} s; nothing lost; 0 duplicates",
     ),
     (
         "user-deletes",
         "user deletes a Pod, a Service, a {deleted_job_workers}-Worker job mid-creation, a namespace",
-        "Pod back in {pod_recreated_s} s, Service in {service_recreated_s} s; **{pod_creates_after_job_delete} Pod creates after the job's delete**, its children gone in {deleted_job_children_gone_s} s; over {watched_after_ns_gone_s} s after the namespace was gone: **{log_lines_naming_ns_after_gone} log lines naming it** (the last {last_line_naming_ns_after_gone_s} s after), {reconcile_errors_after_ns_gone} reconcile errors, {error_log_lines_after_ns_gone} ERROR lines",
+        "Pod back in {pod_recreated_s} s, Service in {service_recreated_s} s; **{pod_creates_after_job_delete} Pod creates after the job's delete**, its children gone in {deleted_job_children_gone_s} s; over {watched_after_ns_gone_s} s after the namespace was gone: **{log_lines_naming_ns_after_gone} log lines naming it** (last: {last_line_naming_ns_after_gone_s} s), {reconcile_errors_after_ns_gone} reconcile errors, {error_log_lines_after_ns_gone} ERROR lines",
         "≤ {pod_creates_after_job_delete_bound} late creates; last line ≤ {last_line_naming_ns_bound_s} s; 0 errors",
     ),
     (
@@ -157,14 +157,14 @@ const ROWS: [(&str, &str, &str, &str); 19] = [
     ),
     (
         "requests",
-        "requests of one 4-replica job (audit log; operator flags: {flags})",
-        "to Running: {to_running}; to Succeeded: {to_succeeded}",
+        "requests of one 4-replica job (audit log; operator flags: `{flags}`)",
+        "to Running `{to_running}`; to Succeeded `{to_succeeded}`",
         "each child created once; ≤ 2 status writes to Running; 8 create Events (2 under `--fold-create-events`)",
     ),
     (
         "requests-fold-create-events",
-        "the same (operator flags: {flags})",
-        "to Running: {to_running}; to Succeeded: {to_succeeded}",
+        "the same (operator flags: `{flags}`)",
+        "to Running `{to_running}`; to Succeeded `{to_succeeded}`",
         "the same",
     ),
 ];
