@@ -17,10 +17,14 @@
 #                                      CRD: make e2e-other-version runs them on the other supported
 #                                      Kubernetes version (KUBE_VERSION=v1.34.4)
 #   FAULTS_ONLY=1 run-suite.sh         steps 1, 2, 6, 7 (make test-faults)
+#   FAULT_RECORD=<name> (with FAULTS_ONLY=1) keeps the figures of a run that
+#                                      passed in benches/results/<name>.json (record_faults)
 set -euo pipefail
 export LOG_TAG=e2e
 # shellcheck source=e2e/lib.sh
 source "$(dirname "$0")/lib.sh"
+# shellcheck source=e2e/record.sh
+source "$E2E_DIR/record.sh"
 export TFJOB_CLUSTER_DIR TFJOB_CACHE_DIR
 # Tests mostly wait on the cluster, not the CPU: more threads than cores is right.
 E2E_TEST_THREADS="${E2E_TEST_THREADS:-8}"
@@ -181,13 +185,57 @@ fault_suite() {
   fi
   [[ "${FAULT_FULL:-0}" == 1 ]] || skip=(--skip scale_)
   log "running the fault suite (FAULT_SEED=${FAULT_SEED:-20} FAULT_ROUNDS=${FAULT_ROUNDS:-3} FAULT_FULL=${FAULT_FULL:-0})"
-  cargo test --test faults -- --include-ignored --test-threads=1 --nocapture "${skip[@]}"
+  if [[ -z "${FAULT_RECORD:-}" ]]; then
+    cargo test --test faults -- --include-ignored --test-threads=1 --nocapture "${skip[@]}"
+    return
+  fi
+  # Recording: built first (the clock starts with the scenarios), every
+  # scenario writes its figures to FAULT_RESULTS_DIR, and the output is kept
+  # for the test counts.
+  # (main calls this in an `||` list, where set -e is off: statuses checked.)
+  cargo test --test faults --no-run || return
+  local start=$SECONDS rc=0
+  cargo test --test faults -- --include-ignored --test-threads=1 --nocapture "${skip[@]}" 2>&1 \
+    | tee "$FAULT_RESULTS_DIR.log" || rc=$?
+  if ((rc != 0)); then
+    log "the fault suite failed (exit $rc): nothing recorded"
+    return "$rc"
+  fi
+  record_faults $((SECONDS - start))
+}
+
+# FAULT_RECORD=<name>: where the scenarios' figures go, and the commit and
+# load before the run (e2e/record.sh). Called before the cluster starts.
+begin_fault_record() {
+  [[ -n "${FAULT_RECORD:-}" ]] || return 0
+  [[ "${FAULTS_ONLY:-0}" == 1 ]] || die "FAULT_RECORD records the fault suite alone: use make test-faults (FAULTS_ONLY=1)"
+  record_name FAULT_RECORD "$FAULT_RECORD"
+  # The fault tests include tests/e2e's support code.
+  record_begin tests/faults tests/e2e
+  export FAULT_RESULTS_DIR="$REPO_DIR/target/faults/results"
+  rm -rf "$FAULT_RESULTS_DIR" "$FAULT_RESULTS_DIR.log"
+  mkdir -p "$FAULT_RESULTS_DIR"
+}
+
+# After a fault suite that passed: benches/results/$FAULT_RECORD.json.
+# $1: the suite's seconds.
+record_faults() {
+  local settings results="$FAULT_RESULTS_DIR.json"
+  python3 "$E2E_DIR/fault_results.py" "$FAULT_RESULTS_DIR" "$FAULT_RESULTS_DIR.log" \
+    --suite-seconds "$1" >"$results" || return
+  settings=$(env | grep -E '^FAULT_(SEED|ROUNDS|SCALE_JOBS)=' | sort | tr '\n' ' ')
+  if [[ "${FAULT_FULL:-0}" == 1 ]]; then
+    record_write "$FAULT_RECORD" "${settings}make test-faults" "$results"
+  else
+    record_write "$FAULT_RECORD" "${settings}FAULTS_ONLY=1 bash e2e/run-suite.sh" "$results"
+  fi
 }
 
 main() {
   local start=$SECONDS up_done tests_done rc=0 only_kubeflow=0 only_core=0
   [[ "${1:-}" == --kubeflow-crd-only ]] && only_kubeflow=1
   [[ "${1:-}" == --core-only ]] && only_core=1
+  begin_fault_record
   # A fresh cluster: whatever ran from this dir before goes first.
   kueue_down
   bash "$E2E_DIR/cluster.sh" down

@@ -58,7 +58,8 @@
 //!
 //! And the published benchmark figures (issue #29):
 //!
-//! 9. **Results tables** ([`results`], tables in [`results_tables`]): a
+//! 9. **Results tables** ([`results`], tables in [`results_tables`] and,
+//!    for the fault suite, [`results_faults`]): a
 //!    table between `<!-- results: … -->` markers must be what its committed
 //!    results file in `benches/results/` renders, every results file says its
 //!    commit, command, machine and date, and in the benchmark docs every
@@ -79,5 +80,6 @@ mod names;
 mod pictures;
 mod repo;
 mod results;
+mod results_faults;
 mod results_tables;
 mod shape;

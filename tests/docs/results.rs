@@ -12,6 +12,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use crate::results_faults as faults;
 use crate::results_tables::{self as tables, Load};
 
 pub const OPEN: &str = "<!-- results:";
@@ -32,7 +33,8 @@ pub fn meta_problems(doc: &Value) -> Vec<String> {
         .map(|f| format!("meta.{f} is missing or empty"))
         .collect();
     let holds = |k: &str| doc["results"][k].as_array().is_some_and(|a| !a.is_empty());
-    if !holds("runs") && !holds("restart") {
+    // A fault-suite file (FAULT_RECORD) holds scenarios instead of runs.
+    if !holds("runs") && !holds("restart") && !holds("scenarios") {
         found.push("results.runs holds no run".to_owned());
     }
     found
@@ -58,8 +60,14 @@ pub fn render(doc: &Value, spec: &str, load: Load) -> Result<String, String> {
         "scale" => tables::scale_table(doc, need("series")?),
         "restart" => tables::restart_table(doc),
         "headline" => tables::headline_table(doc, load),
+        // The fault suite's (FAULT_RECORD), in their own module.
+        "faults" => match arg("scenario") {
+            Some(id) => faults::scenario_table(doc, id),
+            None => faults::faults_table(doc),
+        },
+        "faults-run" => faults::run_table(doc),
         other => Err(format!(
-            "unknown table `{other}` (known: runs, medians, scale, restart, headline)"
+            "unknown table `{other}` (known: runs, medians, scale, restart, headline, faults, faults-run)"
         )),
     }
 }
@@ -143,8 +151,8 @@ pub fn check(root: &Path, doc: &str, text: &str, write: bool) -> (String, Vec<St
 
 /// The docs in which every table is either rendered from a results file
 /// or marked as not backed by one (issue #29, point 11).
-/// `docs/reliability.md` (the fault suite's figures) joins when its tables are.
-pub const GUARDED_DOCS: [&str; 2] = ["docs/benchmarks.md", "docs/scale.md"];
+/// `docs/reliability.md` holds the fault suite's (`FAULT_RECORD`).
+pub const GUARDED_DOCS: [&str; 3] = ["docs/benchmarks.md", "docs/scale.md", "docs/reliability.md"];
 pub const UNBACKED_OPEN: &str = "<!-- unbacked:";
 pub const UNBACKED_CLOSE: &str = "<!-- /unbacked -->";
 /// The line right above a table that holds no measured figure (settings,

@@ -262,6 +262,12 @@ async fn sigstop_failover(all_namespaces: bool) {
                 format!("{:.1}", percentile(&first_writes, 95.0)),
             ),
             ("old_leader_late_writes", split_brain.len().to_string()),
+            (
+                "lease_p95_bound_s",
+                bound(FAILOVER_GOAL, SUBSET_FAILOVER_BOUND)
+                    .as_secs()
+                    .to_string(),
+            ),
         ],
     );
     drop(pair);
@@ -376,6 +382,12 @@ async fn a_sigtermed_leader_finishes_its_work_releases_the_lease_and_the_standby
             ("duplicate_pods", duplicated.len().to_string()),
             ("old_leader_late_writes", late.len().to_string()),
             ("old_leader_errors", error_lines(&log).len().to_string()),
+            (
+                "handover_bound_s",
+                bound(HANDOVER_GOAL, SUBSET_HANDOVER_BOUND)
+                    .as_secs()
+                    .to_string(),
+            ),
         ],
     );
     assert!(

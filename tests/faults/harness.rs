@@ -70,14 +70,47 @@ pub fn rng(scenario: &str) -> StdRng {
     StdRng::seed_from_u64(seed ^ salt)
 }
 
-/// Prints a result line the docs quote: `FAULT-RESULT <scenario> key=value ...`.
+/// Prints a result line: `FAULT-RESULT <scenario> key=value ...`, and with
+/// `FAULT_RESULTS_DIR` set (`FAULT_RECORD=<name> make test-faults`, see
+/// e2e/run-suite.sh) also writes the figures to `<dir>/<scenario>.json`,
+/// which the recorder wraps into `benches/results/<name>.json` after a run
+/// that passed. Called before a scenario's assertions, so a failing
+/// scenario's figures are printed too; the recorder keeps none of a failed run.
 pub fn report(scenario: &str, fields: &[(&str, String)]) {
-    let fields: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    eprintln!(
-        "FAULT-RESULT {scenario} seed={} {}",
-        seed(),
-        fields.join(" ")
-    );
+    let line: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    eprintln!("FAULT-RESULT {scenario} seed={} {}", seed(), line.join(" "));
+    if let Some(dir) = std::env::var_os("FAULT_RESULTS_DIR").filter(|d| !d.is_empty()) {
+        let path = PathBuf::from(dir).join(format!("{scenario}.json"));
+        let text = serde_json::to_string_pretty(&result_json(scenario, fields))
+            .expect("a JSON object serializes");
+        std::fs::write(&path, text + "\n")
+            .unwrap_or_else(|e| panic!("FAULT_RESULTS_DIR: writing {}: {e}", path.display()));
+    }
+}
+
+/// One scenario's figures as JSON: numbers and booleans typed, the rest
+/// (lists, `never`, flags) as text, with the run's seed and rounds.
+pub fn result_json(scenario: &str, fields: &[(&str, String)]) -> serde_json::Value {
+    let mut doc = serde_json::Map::new();
+    doc.insert("scenario".into(), scenario.into());
+    doc.insert("seed".into(), seed().into());
+    doc.insert("rounds_setting".into(), rounds(1).into());
+    doc.insert("full".into(), full().into());
+    for (k, v) in fields {
+        let typed = match v.as_str() {
+            "true" => serde_json::Value::Bool(true),
+            "false" => serde_json::Value::Bool(false),
+            _ => v
+                .parse::<u64>()
+                .map(serde_json::Value::from)
+                .or_else(|_| v.parse::<f64>().map(serde_json::Value::from))
+                .ok()
+                .filter(|n| !n.is_null())
+                .unwrap_or_else(|| v.as_str().into()),
+        };
+        doc.insert((*k).to_owned(), typed);
+    }
+    serde_json::Value::Object(doc)
 }
 
 /// The API server's address (127.0.0.1:port).
@@ -534,5 +567,26 @@ mod tests {
         assert_eq!(metric(text, "reconcile_total", &[]), 5.0);
         assert_eq!(metric(text, "reconcile_total", &["result=\"error\""]), 2.0);
         assert_eq!(metric(text, "other_total", &[]), 9.0);
+    }
+
+    #[test]
+    fn a_scenarios_figures_are_typed_json_numbers_where_they_are_numbers() {
+        let doc = result_json(
+            "x",
+            &[
+                ("count", "3".to_owned()),
+                ("p95_s", "15.2".to_owned()),
+                ("kept", "true".to_owned()),
+                ("noticed_s", "never".to_owned()),
+                ("per_second", "[1,2]".to_owned()),
+            ],
+        );
+        assert_eq!(doc["scenario"], "x");
+        assert_eq!(doc["count"], 3);
+        assert_eq!(doc["p95_s"], 15.2);
+        assert_eq!(doc["kept"], true);
+        assert_eq!(doc["noticed_s"], "never");
+        assert_eq!(doc["per_second"], "[1,2]");
+        assert_eq!(doc["seed"], seed());
     }
 }

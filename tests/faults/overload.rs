@@ -190,6 +190,11 @@ async fn under_apf_429s_the_operator_backs_off_and_converges_after() {
             ("answered_429", r.answered.to_string()),
             ("peak_requests_per_s", r.peak.to_string()),
             ("late_requests_per_s", format!("{:.1}", r.late_per_second)),
+            (
+                "late_requests_per_s_bound",
+                format!("{:.0}", MAX_LATE_REQUESTS_PER_SECOND_PER_JOB * n as f64),
+            ),
+            ("jobs", n.to_string()),
             ("per_second", format!("{:?}", r.series).replace(' ', "")),
             (
                 "converged_after_fault_s",
@@ -277,6 +282,10 @@ async fn under_a_failing_webhook_the_operator_backs_off_and_converges_after() {
             ("pod_creates_500", pod_create_500s.to_string()),
             ("peak_requests_per_s", r.peak.to_string()),
             ("late_requests_per_s", format!("{:.1}", r.late_per_second)),
+            (
+                "late_requests_per_s_bound",
+                format!("{MAX_LATE_REQUESTS_PER_SECOND:.0}"),
+            ),
             ("per_second", format!("{:?}", r.series).replace(' ', "")),
             (
                 "converged_after_fault_s",

@@ -154,8 +154,14 @@ async fn run_one_job(flags: &[&str]) -> (Requests, Requests) {
     let to_succeeded = by_kind(&audit::since(exit), &ns);
     drop(op);
 
+    // One name per flag set: a recorded run keeps one file per name
+    // (FAULT_RESULTS_DIR), and both runs of this scenario are published.
+    let scenario = std::iter::once("requests")
+        .chain(flags.iter().map(|f| f.trim_start_matches('-')))
+        .collect::<Vec<_>>()
+        .join("-");
     report(
-        "requests",
+        &scenario,
         &[
             ("flags", flags.join(" ")),
             ("to_running", format!("{to_running:?}")),

@@ -236,6 +236,11 @@ async fn user_deletes_of_pods_services_jobs_and_namespaces_converge_as_a_user_ex
                 format!("{:.1}", big_gone.as_secs_f64()),
             ),
             ("pod_creates_after_job_delete", late_creates.to_string()),
+            (
+                "pod_creates_after_job_delete_bound",
+                LATE_CREATES_BOUND.to_string(),
+            ),
+            ("deleted_job_workers", BIG_WORKERS.to_string()),
             ("watched_after_ns_gone_s", watch.as_secs().to_string()),
             ("reconcile_errors_after_ns_gone", looping.to_string()),
             ("error_log_lines_after_ns_gone", log_looping.to_string()),
@@ -243,6 +248,10 @@ async fn user_deletes_of_pods_services_jobs_and_namespaces_converge_as_a_user_ex
             (
                 "last_line_naming_ns_after_gone_s",
                 format!("{:.0}", last_naming.as_secs_f64()),
+            ),
+            (
+                "last_line_naming_ns_bound_s",
+                NAMESPACE_QUIET_BOUND.as_secs().to_string(),
             ),
         ],
     );
