@@ -1,7 +1,7 @@
 //! A TFJob stored with a value our types cannot decode (issue #29, point 3).
-//! Our CRD.as_str() refuses such values, but a CRD.as_str() without a spec schema stores them,
+//! Our CRD refuses such values, but a CRD without a spec schema stores them,
 //! and an operator upgraded onto such a cluster must cope. Kubeflow's v1.9.2
-//! CRD.as_str() has a typed schema (int32 ranges and date-times are checked, and our
+//! CRD has a typed schema (int32 ranges and date-times are checked, and our
 //! enums take any string), so the scenario installs ours with the spec's
 //! schema replaced by `x-kubernetes-preserve-unknown-fields` (and the
 //! root's CEL rules, which read the spec, removed), for this scenario only,
@@ -33,10 +33,10 @@ static CRD: std::sync::LazyLock<String> =
 const REASON: &str = "FailedToDecode";
 const DECODE_FAILURES: &str = "tfjob_operator_informer_decode_failures_total";
 
-/// Our CRD.as_str() with no schema for `spec` (anything is stored) and no CEL rules.
+/// Our CRD with no schema for `spec` (anything is stored) and no CEL rules.
 fn schemaless_crd() -> String {
-    let text = std::fs::read_to_string(CRD.as_str()).expect("the CRD.as_str() file");
-    let mut crd: Value = serde_yaml::from_str(&text).expect("the CRD.as_str() parses");
+    let text = std::fs::read_to_string(CRD.as_str()).expect("the CRD file");
+    let mut crd: Value = serde_yaml::from_str(&text).expect("the CRD parses");
     let root = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
     let root_map = root.as_mapping_mut().expect("the root schema is a mapping");
     root_map.remove("x-kubernetes-validations");
@@ -44,7 +44,7 @@ fn schemaless_crd() -> String {
         serde_yaml::from_str("{type: object, x-kubernetes-preserve-unknown-fields: true}")
             .expect("the spec schema parses");
     root["properties"]["spec"] = spec;
-    serde_yaml::to_string(&crd).expect("the CRD.as_str() serializes")
+    serde_yaml::to_string(&crd).expect("the CRD serializes")
 }
 
 fn restore_crd() {
@@ -69,7 +69,7 @@ async fn an_undecodable_tfjob_is_reported_and_harms_nothing() {
         &schemaless_crd(),
     )
     .unwrap_or_else(|e| panic!("installing the schemaless CRD: {e}"));
-    // Restore our CRD.as_str() however the scenario ends.
+    // Restore our CRD however the scenario ends.
     struct Restore;
     impl Drop for Restore {
         fn drop(&mut self) {
@@ -165,7 +165,7 @@ async fn an_undecodable_tfjob_is_reported_and_harms_nothing() {
         ],
     );
     drop(op);
-    // Gone before the CRD.as_str() is restored, so no later scenario's operator meets it.
+    // Gone before the CRD is restored, so no later scenario's operator meets it.
     run_ok(kubectl().args(["delete", "tfjob", "bad", "-n", &ns, "--wait=true"]));
     assert_eq!(
         now, uids,
