@@ -68,12 +68,17 @@
 //! 10. **Kubeflow's texts** ([`compat`]): the compatibility doc lists every
 //!     message of `tfjob::messages::KUBEFLOW` and names each deliberate
 //!     difference.
+//! 11. **History pointers** ([`history`]): every `` `git show <commit>:<path>` ``
+//!     in the Markdown we write names a commit of the history holding that
+//!     file, and the sections quoted after it are headings there (where a
+//!     page retired figures it can no longer back, the reader still finds them).
 //!
 //! One module per kind of check; [`repo`] and [`markdown`] are what they
 //! share.
 mod chapters;
 mod compat;
 mod excerpts;
+mod history;
 mod links;
 mod markdown;
 mod names;
