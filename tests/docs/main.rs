@@ -64,7 +64,8 @@
 //!    results file in `benches/results/` renders, every results file says its
 //!    commit, command, machine and date, and in the benchmark docs every
 //!    other table is marked `<!-- unbacked: why -->`, visibly, or holds no
-//!    figures.
+//!    figures; the decimals in `docs/reliability.md`'s prose are values of
+//!    the files its tables come from ([`results_prose`]).
 //! 10. **Kubeflow's texts** ([`compat`]): the compatibility doc lists every
 //!     message of `tfjob::messages::KUBEFLOW` and names each deliberate
 //!     difference.
@@ -86,5 +87,6 @@ mod pictures;
 mod repo;
 mod results;
 mod results_faults;
+mod results_prose;
 mod results_tables;
 mod shape;
