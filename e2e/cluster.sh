@@ -333,6 +333,9 @@ EOF
 }
 
 start_kwok() {
+  # KWOK deletes only terminating Pods, as the kubelet's UID precondition
+  # ensures (e2e/kwok/deletes-by-uid.yaml says why); in place before it runs.
+  kubectl_admin apply -f "$E2E_DIR/kwok/deletes-by-uid.yaml" >/dev/null
   # A new KWOK instance holds node Leases under a new identity; it manages a
   # node's pods only once it holds that node's Lease. Left over from a previous
   # KWOK (`restart kwok`), the Leases would block it until they expire (40 s).
