@@ -19,12 +19,11 @@ export BENCH_KUBEFLOW_DIR TFJOB_CACHE_DIR
 
 cd "$REPO_DIR"
 mkdir -p target/bench
-# The measured tree is the one built now: a results file names this commit
-# even if the worktree changes while the run goes on.
-measured_commit=$(git rev-parse HEAD)
-# "-dirty" when what is built or run differs from it (docs and results may change meanwhile).
-git diff --quiet HEAD -- src benches e2e crds Cargo.toml Cargo.lock build.rs ':!benches/results' ||
-  measured_commit="$measured_commit-dirty"
+# shellcheck source=e2e/record.sh
+source "$E2E_DIR/record.sh"
+[[ -z "${BENCH_RECORD:-}" ]] || record_check_name "$BENCH_RECORD" || exit 1
+# The commit measured (the tree built now) and the load before.
+record_begin
 # Build both binaries first and copy them aside: CARGO_TARGET_DIR may be
 # shared with other worktrees, whose builds would replace them mid-run.
 if [[ -z "${BENCH_OPERATOR_BIN:-}" ]]; then
@@ -52,7 +51,6 @@ trap teardown EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 bash "$E2E_DIR/cluster.sh" down
 bash "$E2E_DIR/cluster.sh" up
 # Exits non-zero when a run is unusable (benches/e2e/verdict.rs): nothing is recorded then.
@@ -61,18 +59,5 @@ target/bench/e2e-bench
 # BENCH_RECORD=<name>: keep the results, with where they came from, in
 # benches/results/<name>.json (benches/results/README.md).
 if [[ -n "${BENCH_RECORD:-}" ]]; then
-  [[ "$BENCH_RECORD" =~ ^[A-Za-z0-9._-]+$ ]] || die "BENCH_RECORD=$BENCH_RECORD: use letters, digits, '.', '_' and '-'"
-  settings=$(env | grep -E '^BENCH_[A-Z_]+=' | grep -v '^BENCH_RECORD=' | grep -Ev '_(DIR|BIN)=' | sort | tr '\n' ' ')
-  json_str() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
-  out="benches/results/$BENCH_RECORD.json"
-  {
-    printf '{\n  "meta": {\n'
-    printf '    "commit": %s,\n' "$(json_str "$measured_commit")"
-    printf '    "command": %s,\n' "$(json_str "${settings}make bench-e2e")"
-    printf '    "machine": %s,\n' "$(json_str "$(nproc) cores, $(uname -sr); load average $load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after")"
-    printf '    "date": %s\n  },\n  "results": ' "$(json_str "$(date -u +%Y-%m-%dT%H:%M:%SZ)")"
-    cat target/bench/e2e.json
-    printf '\n}\n'
-  } >"$out"
-  log "recorded $out"
+  record_write "$BENCH_RECORD" bench-e2e BENCH e2e target/bench/e2e.json
 fi
