@@ -60,7 +60,8 @@
 //!
 //! 9. **Results tables** ([`results`], tables in [`results_tables`]): a
 //!    table between `<!-- results: … -->` markers must be what its committed
-//!    results file in `benches/results/` renders, every results file says its
+//!    results file in `benches/results/` renders (`make bench`'s tables in
+//!    [`results_machinery`]), every results file says its
 //!    commit, command, machine and date, and in the benchmark docs every
 //!    other table is marked `<!-- unbacked: why -->`, visibly, or holds no
 //!    figures.
@@ -79,5 +80,6 @@ mod names;
 mod pictures;
 mod repo;
 mod results;
+mod results_machinery;
 mod results_tables;
 mod shape;

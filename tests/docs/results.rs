@@ -32,7 +32,7 @@ pub fn meta_problems(doc: &Value) -> Vec<String> {
         .map(|f| format!("meta.{f} is missing or empty"))
         .collect();
     let holds = |k: &str| doc["results"][k].as_array().is_some_and(|a| !a.is_empty());
-    if !holds("runs") && !holds("restart") {
+    if !holds("runs") && !holds("restart") && !crate::results_machinery::holds_a_bench(doc) {
         found.push("results.runs holds no run".to_owned());
     }
     found
@@ -46,6 +46,9 @@ pub fn render(doc: &Value, spec: &str, load: Load) -> Result<String, String> {
     let args: Vec<(&str, &str)> = words.filter_map(|w| w.split_once('=')).collect();
     let arg = |k: &str| args.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
     let need = |k: &str| arg(k).ok_or(format!("`{table}` needs {k}=…"));
+    if let Some(machinery) = crate::results_machinery::render(doc, table) {
+        return machinery;
+    }
     match table {
         "runs" => tables::runs_table(doc, need("workload")?),
         "medians" => tables::medians_table(
@@ -59,7 +62,8 @@ pub fn render(doc: &Value, spec: &str, load: Load) -> Result<String, String> {
         "restart" => tables::restart_table(doc),
         "headline" => tables::headline_table(doc, load),
         other => Err(format!(
-            "unknown table `{other}` (known: runs, medians, scale, restart, headline)"
+            "unknown table `{other}` (known: runs, medians, scale, restart, headline, {})",
+            crate::results_machinery::TABLES.join(", ")
         )),
     }
 }
