@@ -159,7 +159,7 @@ demo-down: ## Stop the demo's operator and the local control plane
 	bash e2e/demo.sh down
 
 .PHONY: bench
-bench: ## Benchmarks against their Go/kube-rs peers, same run; results in target/bench/
+bench: ## Benchmarks against their Go/kube-rs peers, same run; results in target/bench/ (BENCH_RECORD=<name> keeps them in benches/results/)
 	bash benches/run.sh
 
 # ---------------------------------------------------------------- shipping

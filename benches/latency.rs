@@ -190,6 +190,7 @@ async fn ensure_pods(client: &kube::Client, n: usize) {
         Ok(_) | Err(kube::Error::Api(_)) => {}
         Err(e) => panic!("failed to create namespace {NAMESPACE}: {e}"),
     }
+    pods::wait_for_default_service_account(client, NAMESPACE).await;
     let api: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     for i in 0..n {
         let mut pod = pods::pod_manifest(NAMESPACE, i, Some("kwok-node-0"));

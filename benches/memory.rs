@@ -247,7 +247,10 @@ fn ours(pages: &Arc<Vec<Vec<u8>>>, n: usize, strip: bool) -> Heap {
         };
         let informer = SharedInformer::<Pod>::new(Arc::new(list_watch), config);
         let updates = Arc::new(Counter::default());
-        informer.add_event_handler(updates.clone());
+        // With syncs: the relist re-delivers every Pod unchanged, which a
+        // plain handler does not hear of (c9e711c, as client-go), and the
+        // wait below counts one update per Pod.
+        informer.add_event_handler_with_resync(updates.clone());
         let shutdown = CancellationToken::new();
         let started = Instant::now();
         let task = tokio::spawn(informer.clone().run(shutdown.clone()));

@@ -4,12 +4,22 @@
 # Usage: benches/run.sh   (or `make bench`). Env: BENCH_N, BENCH_REPS (workqueue);
 # BENCH_PODS, BENCH_REPS, BENCH_RATE, BENCH_SECONDS, BENCH_SKIP_CLUSTER,
 # BENCH_CLUSTER_DOWN (memory, sync, latency; see each bench's header).
+# BENCH_RECORD=<name>: after every bench passed, keep target/bench/{workqueue,
+# memory,sync,latency}.json with the commit, command, machine and date in
+# benches/results/<name>.json (benches/results/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=e2e/record.sh
+source e2e/record.sh
+[[ -z "${BENCH_RECORD:-}" ]] || record_check_name "$BENCH_RECORD" || exit 1
+# The commit measured (the tree built now) and the load before.
+record_begin
 
 CACHE_DIR="${TFJOB_CACHE_DIR:-$HOME/.cache/tfjob-operator}"
 BIN_DIR="$CACHE_DIR/bench-bin"
 mkdir -p "$BIN_DIR" target/bench
+# A recorded file holds only what this invocation measured.
+rm -f target/bench/{workqueue,memory,sync,latency}.json
 
 echo "==> building the client-go workqueue peer"
 (cd benches/go-workqueue && go build -o "$BIN_DIR/go-workqueue" .)
@@ -38,4 +48,8 @@ if [[ -z "${BENCH_SKIP_CLUSTER:-}" ]]; then
   cargo bench --quiet --bench latency
 
   if [[ -n "${BENCH_CLUSTER_DOWN:-}" ]]; then bash e2e/cluster.sh down; fi
+fi
+
+if [[ -n "${BENCH_RECORD:-}" ]]; then
+  record_write "$BENCH_RECORD" "make bench" BENCH bench target/bench
 fi

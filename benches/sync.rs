@@ -172,6 +172,7 @@ async fn ensure_pods(client: &kube::Client, n: usize) {
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => panic!("failed to create namespace {NAMESPACE}: {e}"),
     }
+    pods::wait_for_default_service_account(client, NAMESPACE).await;
     let api: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let existing: std::collections::HashSet<String> = list_names(&api, None).await;
     let missing: Vec<Pod> = (0..n)

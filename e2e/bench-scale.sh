@@ -59,15 +59,11 @@ has_series() { [[ ",$SERIES," == *",$1,"* ]]; }
 
 cd "$REPO_DIR"
 mkdir -p "$OUT"
-if [[ -n "${SCALE_RECORD:-}" ]]; then
-  [[ "$SCALE_RECORD" =~ ^[A-Za-z0-9._-]+$ ]] || die "SCALE_RECORD=$SCALE_RECORD: use letters, digits, '.', '_' and '-'"
-fi
-# The measured tree is the one built now (a results file names it).
-measured_commit=$(git rev-parse HEAD)
-# "-dirty" when what is built or run differs from it (docs and results may change meanwhile).
-git diff --quiet HEAD -- src benches e2e crds Cargo.toml Cargo.lock build.rs ':!benches/results' ||
-  measured_commit="$measured_commit-dirty"
-load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+# shellcheck source=e2e/record.sh
+source "$E2E_DIR/record.sh"
+[[ -z "${SCALE_RECORD:-}" ]] || record_check_name "$SCALE_RECORD" || exit 1
+# The commit measured (the tree built now) and the load before.
+record_begin
 if [[ -n "$TO_AT" ]] && has_series jobs; then bash "$E2E_DIR/peers.sh"; fi
 BENCH_KUBEFLOW_DIR="$(bash "$E2E_DIR/peers.sh" --dir)"
 export BENCH_KUBEFLOW_DIR TFJOB_CACHE_DIR
@@ -160,9 +156,5 @@ fi
   --plots "${SCALE_PLOTS_DIR:-$REPO_DIR/docs/scale}" | tee "$OUT/scale.md" || failed=1
 ((failed == 0)) || die "at least one run failed (see above and $OUT; nothing recorded)"
 if [[ -n "${SCALE_RECORD:-}" ]]; then
-  settings=$(env | grep -E '^(SCALE|BENCH)_[A-Z_]+=' | grep -v '^SCALE_RECORD=' | grep -Ev '_(DIR|BIN)=' | sort | tr '\n' ' ')
-  python3 "$E2E_DIR/scale/record.py" "$OUT" "benches/results/$SCALE_RECORD.json" \
-    --commit "$measured_commit" --command "${settings}make bench-scale" \
-    --machine "$(nproc) cores, $(uname -sr); load average $load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after"
-  log "recorded benches/results/$SCALE_RECORD.json"
+  record_write "$SCALE_RECORD" "make bench-scale" 'SCALE|BENCH' scale "$OUT"
 fi

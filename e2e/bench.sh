@@ -8,10 +8,6 @@
 set -euo pipefail
 LOG_TAG=bench
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=e2e/record.sh
-source "$E2E_DIR/record.sh"
-# A bad name fails now, not after the run.
-[[ -z "${BENCH_RECORD:-}" ]] || record_name BENCH_RECORD "$BENCH_RECORD"
 
 export TFJOB_CLUSTER_DIR="${BENCH_CLUSTER_DIR:-$REPO_DIR/target/bench/cluster}"
 export TFJOB_AUDIT=1
@@ -23,8 +19,10 @@ export BENCH_KUBEFLOW_DIR TFJOB_CACHE_DIR
 
 cd "$REPO_DIR"
 mkdir -p target/bench
-# The measured tree is the one built now (e2e/record.sh).
-# shellcheck disable=SC2119 # the sources only: no extra paths
+# shellcheck source=e2e/record.sh
+source "$E2E_DIR/record.sh"
+[[ -z "${BENCH_RECORD:-}" ]] || record_check_name "$BENCH_RECORD" || exit 1
+# The commit measured (the tree built now) and the load before.
 record_begin
 # Build both binaries first and copy them aside: CARGO_TARGET_DIR may be
 # shared with other worktrees, whose builds would replace them mid-run.
@@ -53,7 +51,6 @@ trap teardown EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-record_load
 bash "$E2E_DIR/cluster.sh" down
 bash "$E2E_DIR/cluster.sh" up
 # Exits non-zero when a run is unusable (benches/e2e/verdict.rs): nothing is recorded then.
@@ -62,6 +59,5 @@ target/bench/e2e-bench
 # BENCH_RECORD=<name>: keep the results, with where they came from, in
 # benches/results/<name>.json (benches/results/README.md).
 if [[ -n "${BENCH_RECORD:-}" ]]; then
-  settings=$(env | grep -E '^BENCH_[A-Z_]+=' | grep -v '^BENCH_RECORD=' | grep -Ev '_(DIR|BIN)=' | sort | tr '\n' ' ')
-  record_write "$BENCH_RECORD" "${settings}make bench-e2e" target/bench/e2e.json
+  record_write "$BENCH_RECORD" "make bench-e2e" BENCH e2e target/bench/e2e.json
 fi

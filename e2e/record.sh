@@ -1,51 +1,54 @@
 # shellcheck shell=bash
-# Keeps a measuring run's results in benches/results/<name>.json with where
-# they came from (benches/results/README.md: {"meta": {commit, command,
-# machine, date}, "results": …}). Sourced after lib.sh by the scripts that
-# record: e2e/bench.sh (BENCH_RECORD, `make bench-e2e`) and
-# e2e/run-suite.sh (FAULT_RECORD, `make test-faults`). Call them in order:
-#   record_name VAR VALUE            refuse a name that is not a plain file name
-#   record_begin [PATHSPEC ...]      at the start: the commit and the load average
-#   record_load                      (again) when the measuring starts, if later
-#   record_write NAME COMMAND JSON   after a run that passed: writes the file
-# A failed run is never recorded: the callers write only when it passed.
+# Keeping a measuring run in benches/results/ (benches/results/README.md):
+# sourced by e2e/bench.sh (BENCH_RECORD), e2e/bench-scale.sh (SCALE_RECORD),
+# benches/run.sh (BENCH_RECORD) and e2e/run-suite.sh (FAULT_RECORD), so that the commit, command and
+# machine of every results file are taken the same way. e2e/record.py
+# writes the file. Needs nothing from e2e/lib.sh.
+#
+#   record_check_name NAME     fail early on a name that is no file name
+#   record_begin [PATHSPEC ...]
+#                              before the build: the commit measured (also
+#                              -dirty when PATHSPECs differ) and the load
+#                              average before (RECORD_COMMIT, RECORD_LOAD_BEFORE)
+#   record_write NAME COMMAND PREFIXES KIND SOURCE
+#                              after a run that passed: writes
+#                              benches/results/NAME.json from SOURCE
+#                              (record.py's --e2e, --scale, --bench or --json
+#                              KIND), the command being COMMAND (e.g. `make
+#                              bench`) after every env setting whose name
+#                              starts with one of PREFIXES (a regex, e.g.
+#                              'BENCH' or 'SCALE|BENCH')
 
-# The directory the files go to (relative to the repository).
-RECORD_DIR=benches/results
-
-# Exits when $2, the value of setting $1, cannot be a results file's name.
-record_name() {
-  [[ "$2" =~ ^[A-Za-z0-9._-]+$ ]] || die "$1=$2: use letters, digits, '.', '_' and '-'"
+record_check_name() {
+  if [[ ! "$1" =~ ^[A-Za-z0-9._-]+$ ]]; then
+    echo "record: '$1' is not a results file name: use letters, digits, '.', '_' and '-'" >&2
+    return 1
+  fi
 }
 
-# The measured tree is the one built now: a results file names this commit
-# even if the worktree changes while the run goes on, "-dirty" when what is
-# built or run differs from it (the sources, and the PATHSPECs the caller
-# adds; docs and results may change meanwhile). Also notes the load average.
 record_begin() {
-  RECORD_COMMIT=$(git -C "$REPO_DIR" rev-parse HEAD)
-  git -C "$REPO_DIR" diff --quiet HEAD -- src benches e2e crds Cargo.toml Cargo.lock build.rs \
-    "$@" ":!$RECORD_DIR" || RECORD_COMMIT="$RECORD_COMMIT-dirty"
-  record_load
+  local repo
+  repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  # The measured tree is the one built now: a results file names this commit
+  # even if the worktree changes while the run goes on, and "-dirty" when
+  # what is built or run differs from it (docs and results may change meanwhile).
+  RECORD_COMMIT=$(git -C "$repo" rev-parse HEAD)
+  git -C "$repo" diff --quiet HEAD -- src benches e2e crds Cargo.toml Cargo.lock build.rs "$@" ':!benches/results' ||
+    RECORD_COMMIT="$RECORD_COMMIT-dirty"
+  RECORD_LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 }
 
-# The load average "before" the run: other work on the machine slows it.
-record_load() { RECORD_LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg); }
-
-# Writes $RECORD_DIR/NAME.json: the meta block, then the file JSON as
-# "results", unchanged.
 record_write() {
-  local name="$1" command="$2" results="$3" out
-  json_str() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
-  out="$REPO_DIR/$RECORD_DIR/$name.json"
-  {
-    printf '{\n  "meta": {\n'
-    printf '    "commit": %s,\n' "$(json_str "$RECORD_COMMIT")"
-    printf '    "command": %s,\n' "$(json_str "$command")"
-    printf '    "machine": %s,\n' "$(json_str "$(nproc) cores, $(uname -sr); load average $RECORD_LOAD_BEFORE before, $(cut -d' ' -f1-3 /proc/loadavg) after")"
-    printf '    "date": %s\n  },\n  "results": ' "$(json_str "$(date -u +%Y-%m-%dT%H:%M:%SZ)")"
-    cat "$results"
-    printf '\n}\n'
-  } >"$out"
-  log "recorded $RECORD_DIR/$name.json"
+  local name="$1" command="$2" prefixes="$3" kind="$4" source="$5" repo settings out
+  repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  record_check_name "$name" || return 1
+  # Every knob it ran with, but not the paths (directories, binaries) of this machine.
+  settings=$(env | grep -E "^($prefixes)_[A-Z_]+=" | grep -Ev '^[A-Z]+_RECORD=' |
+    grep -Ev '_(DIR|BIN)=' | sort | tr '\n' ' ')
+  out="$repo/benches/results/$name.json"
+  python3 "$repo/e2e/record.py" "$out" "--$kind" "$source" \
+    --commit "${RECORD_COMMIT:?record_begin was not called}" \
+    --command "${settings}$command" \
+    --machine "$(nproc) cores, $(uname -sr); load average $RECORD_LOAD_BEFORE before, $(cut -d' ' -f1-3 /proc/loadavg) after" &&
+    echo "recorded benches/results/$name.json" >&2
 }

@@ -209,7 +209,7 @@ fault_suite() {
 begin_fault_record() {
   [[ -n "${FAULT_RECORD:-}" ]] || return 0
   [[ "${FAULTS_ONLY:-0}" == 1 ]] || die "FAULT_RECORD records the fault suite alone: use make test-faults (FAULTS_ONLY=1)"
-  record_name FAULT_RECORD "$FAULT_RECORD"
+  record_check_name "$FAULT_RECORD" || die "FAULT_RECORD=$FAULT_RECORD is not a results file name"
   # The fault tests include tests/e2e's support code.
   record_begin tests/faults tests/e2e
   export FAULT_RESULTS_DIR="$REPO_DIR/target/faults/results"
@@ -220,14 +220,13 @@ begin_fault_record() {
 # After a fault suite that passed: benches/results/$FAULT_RECORD.json.
 # $1: the suite's seconds.
 record_faults() {
-  local settings results="$FAULT_RESULTS_DIR.json"
+  local results="$FAULT_RESULTS_DIR.json"
   python3 "$E2E_DIR/fault_results.py" "$FAULT_RESULTS_DIR" "$FAULT_RESULTS_DIR.log" \
     --suite-seconds "$1" >"$results" || return
-  settings=$(env | grep -E '^FAULT_(SEED|ROUNDS|SCALE_JOBS)=' | sort | tr '\n' ' ')
   if [[ "${FAULT_FULL:-0}" == 1 ]]; then
-    record_write "$FAULT_RECORD" "${settings}make test-faults" "$results"
+    record_write "$FAULT_RECORD" "make test-faults" FAULT json "$results"
   else
-    record_write "$FAULT_RECORD" "${settings}FAULTS_ONLY=1 bash e2e/run-suite.sh" "$results"
+    record_write "$FAULT_RECORD" "FAULTS_ONLY=1 bash e2e/run-suite.sh" FAULT json "$results"
   fi
 }
 

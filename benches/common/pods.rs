@@ -171,3 +171,20 @@ pub fn out_dir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("failed to create target/bench");
     dir
 }
+
+/// Waits (up to 60 s) until namespace `ns` has its `default`
+/// ServiceAccount: until the controller-manager has made it, the API server
+/// refuses every Pod of a new namespace with 403 (the e2e bench's reset
+/// waits for it too). On a fresh cluster the sync bench met exactly that.
+pub async fn wait_for_default_service_account(client: &kube::Client, ns: &str) {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let accounts: kube::Api<ServiceAccount> = kube::Api::namespaced(client.clone(), ns);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while accounts.get_opt("default").await.ok().flatten().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "namespace {ns}: no default ServiceAccount after 60 s (is kube-controller-manager running?)"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -212,8 +212,13 @@ impl PeerProcess {
     /// `/metrics` (0 when it has none yet); None when there is no endpoint
     /// or it did not answer.
     pub(crate) fn counter(&self, name: &str) -> Option<u64> {
+        self.counter_where(name, "")
+    }
+    /// The sum of `name`'s series whose labels contain `label` (e.g.
+    /// `reason="queue_full"`; empty: every series).
+    pub(crate) fn counter_where(&self, name: &str, label: &str) -> Option<u64> {
         let text = http_get(self.metrics_port?, "/metrics")?;
-        Some(sum_series(&text, name) as u64)
+        Some(sum_series_where(&text, name, label) as u64)
     }
     pub(crate) fn log_contains(&self, needle: &str) -> bool {
         std::fs::read_to_string(&self.log).is_ok_and(|s| s.contains(needle))
@@ -276,14 +281,15 @@ pub(crate) fn http_get(port: u16, path: &str) -> Option<String> {
     (head.split_whitespace().nth(1) == Some("200")).then(|| body.to_owned())
 }
 
-/// Sum of the samples of `name` in Prometheus text (every label set).
-pub(crate) fn sum_series(text: &str, name: &str) -> f64 {
+/// Sum of the samples of `name` in Prometheus text whose labels contain
+/// `label` (empty: every label set).
+pub(crate) fn sum_series_where(text: &str, name: &str, label: &str) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
             let (series, value) = l.rsplit_once(' ')?;
-            let metric = series.split_once('{').map_or(series, |(m, _)| m);
-            (metric == name)
+            let (metric, labels) = series.split_once('{').unwrap_or((series, ""));
+            (metric == name && labels.contains(label))
                 .then(|| value.parse::<f64>().ok())
                 .flatten()
         })

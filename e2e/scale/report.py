@@ -3,7 +3,7 @@
     report.py RESULTS_DIR|RESULTS_FILE [--plots DIR]
 
 RESULTS_FILE is a recorded invocation in benches/results/ (SCALE_RECORD,
-e2e/scale/record.py): the committed plots are drawn from it. RESULTS_DIR holds one e2e.json of benches/e2e/ per size, named
+e2e/record.py): the committed plots are drawn from it. RESULTS_DIR holds one e2e.json of benches/e2e/ per size, named
 <series>-<size>.json (e2e/bench-scale.sh writes them), and optionally
 restart-<jobs>.json (e2e/scale/restart.py). Prints markdown tables (every
 figure and its ratio to the bare client, `raw`, of the same size), the fitted
@@ -50,7 +50,7 @@ SUPERLINEAR_FACTOR = 1.5
 
 def load(results: pathlib.Path):
     """{series: {size: e2e.json}} and the restart runs, from the bench's
-    directory or from a recorded results file (e2e/scale/record.py)."""
+    directory or from a recorded results file (e2e/record.py)."""
     out, restarts = {}, []
     if results.is_file():
         doc = json.loads(results.read_text())["results"]

@@ -61,7 +61,8 @@
 //! 9. **Results tables** ([`results`], tables in [`results_tables`] and,
 //!    for the fault suite, [`results_faults`]): a
 //!    table between `<!-- results: … -->` markers must be what its committed
-//!    results file in `benches/results/` renders, every results file says its
+//!    results file in `benches/results/` renders (`make bench`'s tables in
+//!    [`results_machinery`]), every results file says its
 //!    commit, command, machine and date, and in the benchmark docs every
 //!    other table is marked `<!-- unbacked: why -->`, visibly, or holds no
 //!    figures; the decimals in `docs/reliability.md`'s prose are values of
@@ -87,6 +88,7 @@ mod pictures;
 mod repo;
 mod results;
 mod results_faults;
+mod results_machinery;
 mod results_prose;
 mod results_tables;
 mod shape;

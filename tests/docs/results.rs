@@ -34,7 +34,11 @@ pub fn meta_problems(doc: &Value) -> Vec<String> {
         .collect();
     let holds = |k: &str| doc["results"][k].as_array().is_some_and(|a| !a.is_empty());
     // A fault-suite file (FAULT_RECORD) holds scenarios instead of runs.
-    if !holds("runs") && !holds("restart") && !holds("scenarios") {
+    if !holds("runs")
+        && !holds("restart")
+        && !holds("scenarios")
+        && !crate::results_machinery::holds_a_bench(doc)
+    {
         found.push("results.runs holds no run".to_owned());
     }
     found
@@ -48,6 +52,9 @@ pub fn render(doc: &Value, spec: &str, load: Load) -> Result<String, String> {
     let args: Vec<(&str, &str)> = words.filter_map(|w| w.split_once('=')).collect();
     let arg = |k: &str| args.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
     let need = |k: &str| arg(k).ok_or(format!("`{table}` needs {k}=…"));
+    if let Some(machinery) = crate::results_machinery::render(doc, table) {
+        return machinery;
+    }
     match table {
         "runs" => tables::runs_table(doc, need("workload")?),
         "medians" => tables::medians_table(
@@ -67,7 +74,8 @@ pub fn render(doc: &Value, spec: &str, load: Load) -> Result<String, String> {
         },
         "faults-run" => faults::run_table(doc),
         other => Err(format!(
-            "unknown table `{other}` (known: runs, medians, scale, restart, headline, faults, faults-run)"
+            "unknown table `{other}` (known: runs, medians, scale, restart, headline, faults, faults-run, {})",
+            crate::results_machinery::TABLES.join(", ")
         )),
     }
 }

@@ -285,7 +285,9 @@ pub fn restart_table(doc: &Value) -> Result<String, String> {
 }
 
 /// `benches/results/headline-rows.json`: `{"rows": [{"what", "file",
-/// "metric", "ours", "peer", "where", and "workload" or "series"+"size"}]}`.
+/// "metric", "ours", "peer", "where", and "workload" or "series"+"size"}]}`
+/// (a row with `"bench"` is a `make bench` figure:
+/// [`crate::results_machinery::headline_row`]).
 /// Each row shows the median of `ours`'s runs, of `peer`'s, and the median
 /// of the paired ratios, with the file it comes from.
 pub fn headline_table(rows: &Value, load: Load) -> Result<String, String> {
@@ -294,6 +296,10 @@ pub fn headline_table(rows: &Value, load: Load) -> Result<String, String> {
         "| what | ours | peer | ratio (median of same-run pairs) | pairs | results file | where |\n|---|---:|---:|---:|---:|---|---|\n",
     );
     for row in rows {
+        if let Some(machinery) = crate::results_machinery::headline_row(row, load) {
+            out += &machinery?;
+            continue;
+        }
         let s = |k: &str| row[k].as_str().unwrap_or("");
         let doc = load(s("file"))?;
         let filter = |r: &Value| {
