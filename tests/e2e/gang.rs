@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Node, Pod, ResourceRequirements, Toleration};
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::Client;
 use kube::api::{
@@ -233,18 +233,7 @@ impl GangEnv {
     }
 
     async fn warnings(&self, reason: &str) -> Vec<String> {
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
-        events
-            .list(&ListParams::default())
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|e| {
-                e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some(reason)
-            })
-            .filter_map(|e| e.message)
-            .collect()
+        crate::support::warnings(&self.client, &self.ns, reason).await
     }
 
     async fn delete_job(&self, name: &str) {

@@ -10,9 +10,9 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::TFJob;
@@ -20,7 +20,7 @@ use tfjob_operator::api::types::TFJob;
 use crate::operator::{CrdFlavor, Operator, crd_flavor, ensure_crd};
 use crate::support::{
     CHART, client, drive_pod_exit, helm, kube_version, kubectl, run_ok, shared_cluster,
-    test_namespace, wait_until,
+    test_namespace, wait_condition_within, wait_until, warnings,
 };
 
 const SLOW: Duration = Duration::from_secs(90);
@@ -100,19 +100,6 @@ fn kubectl_stdin(args: &[&str], input: &str) {
     }
     let status = child.wait().expect("wait for kubectl");
     assert!(status.success(), "kubectl {args:?} failed");
-}
-
-async fn warnings(client: &Client, ns: &str, reason: &str) -> Vec<String> {
-    let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    events
-        .list(&ListParams::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some(reason))
-        .filter_map(|e| e.message)
-        .collect()
 }
 
 /// The API server refuses a `managedBy` change, naming the field: our CRD
@@ -244,21 +231,7 @@ async fn a_stored_managed_by_change_is_ignored_with_one_warning_and_the_job_runs
     );
     // Still ours: the worker's exit finishes the job.
     drive_pod_exit(&client, &ns, "m-worker-0", Some("tensorflow"), 0).await;
-    wait_until(
-        &format!("the job to succeed (log: {log})"),
-        SLOW,
-        || async {
-            let job = jobs.get_opt("m").await.ok().flatten()?;
-            let done = job
-                .status?
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Succeeded" && c.status == "True");
-            done.then_some(())
-        },
-    )
-    .await;
-    let stored = jobs.get("m").await.expect("the job");
+    let stored = wait_condition_within(&client, &ns, "m", "Succeeded", "True", SLOW).await;
     assert_eq!(
         stored.spec.run_policy.managed_by.as_deref(),
         Some(MULTIKUEUE),

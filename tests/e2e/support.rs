@@ -630,3 +630,18 @@ pub async fn wait_condition_within(
     )
     .await
 }
+
+/// The messages of the Warning events with `reason` in `ns` (none if the
+/// list fails: callers poll).
+pub async fn warnings(client: &Client, ns: &str, reason: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
+    events
+        .list(&kube::api::ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.message)
+        .collect()
+}
