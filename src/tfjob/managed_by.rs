@@ -44,6 +44,12 @@ impl Managers {
         }
     }
 
+    /// Whether `job` names these managers (compared in place).
+    fn are_those_of(&self, job: &TFJob) -> bool {
+        self.run_policy.as_deref() == job.spec.run_policy.managed_by.as_deref()
+            && self.top_level.as_deref() == job.spec.managed_by.as_deref()
+    }
+
     /// `job` with these managers in place of its own.
     fn put_into(&self, job: &TFJob) -> TFJob {
         let mut job = job.clone();
@@ -94,20 +100,21 @@ impl ManagerMemory {
         let Some(uid) = job.metadata.uid.as_deref() else {
             return Verdict::Unchanged;
         };
-        let now = Managers::of(job);
+        // Every reconcile passes here: the usual case (known job, same
+        // managers) compares in place and allocates nothing.
         let mut map = self.lock();
-        let entry = map
-            .entry(key.clone())
-            .and_modify(|r| {
-                if r.uid != uid {
-                    *r = Remembered::new(uid, now.clone());
-                }
-            })
-            .or_insert_with(|| Remembered::new(uid, now.clone()));
-        if entry.first == now {
+        let entry = match map.get_mut(key) {
+            Some(r) if r.uid == uid => r,
+            _ => {
+                map.insert(key.clone(), Remembered::new(uid, Managers::of(job)));
+                return Verdict::Unchanged;
+            }
+        };
+        if entry.first.are_those_of(job) {
             entry.warned = None;
             return Verdict::Unchanged;
         }
+        let now = Managers::of(job);
         let warning =
             (entry.warned.as_ref() != Some(&now)).then(|| change_refused(&entry.first, &now));
         entry.warned = Some(now);
