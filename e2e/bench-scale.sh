@@ -5,18 +5,24 @@
 # e2e/scale/report.py checks every run, fits the growth and draws the curves.
 #
 # Series (SCALE_SERIES, comma-separated; default all four):
-#   jobs     SCALE_JOBS jobs × (1 Chief + 1 PS + 2 Workers)   default "50 200 1000 2000"
+#   jobs     SCALE_JOBS jobs × (1 Chief + 1 PS + 2 Workers)   default "50 200 1000"
 #   big      one job × (1 Chief + SCALE_WORKERS Workers)      default "100 500 2000"
 #            (5,000 is not a default: on one cluster with the bare client after
 #            ours, kube-apiserver was OOM-killed at 12 GB on this 2-core,
 #            23 GiB machine; docs/scale.md, "5,000 workers", says how to run it)
 #   noise    SCALE_NOISE_JOBS (200) jobs with SCALE_NOISE unrelated Pods present
-#                                                             default "0 5000 20000"
-#   restart  fleet restart (point 6): SCALE_RESTART_JOBS (default 2000) jobs
+#                                                             default "0 5000"
+#   restart  fleet restart (point 6): SCALE_RESTART_JOBS (default 1000) jobs
 #            brought to Running by one operator, then a second one started on them
 # Peers: SCALE_PEERS (default ours-default,raw) at every size, and
 # training-operator at its defaults at SCALE_TO_AT sizes of the jobs series
-# (default "200 1000"; empty for none).
+# (default "200"; empty for none).
+# The defaults are sized to finish in about an hour on the project's 2-core
+# machine (issue #29 point 12: the defaults must complete here); the larger
+# sizes measured before (2,000 jobs, 20,000 unrelated Pods, a fleet restart
+# of 2,000, training-operator at 1,000 jobs) are opt-in:
+#   SCALE_JOBS="50 200 1000 2000" SCALE_NOISE="0 5000 20000" SCALE_TO_AT="200 1000" \
+#     SCALE_RESTART_JOBS=2000 make bench-scale
 # A quick subset for a busy machine:
 #   SCALE_JOBS="50 200" SCALE_WORKERS="100 500" SCALE_NOISE="0 5000" SCALE_TO_AT= \
 #     SCALE_RESTART_JOBS=200 make bench-scale
@@ -46,13 +52,13 @@ export TFJOB_NODE_PODS="${TFJOB_NODE_PODS:-8000}"
 export TFJOB_SCHEDULER_QPS="${SCALE_SCHEDULER_QPS:-}"
 
 SERIES="${SCALE_SERIES:-jobs,big,noise,restart}"
-JOBS_SIZES="${SCALE_JOBS-50 200 1000 2000}"
+JOBS_SIZES="${SCALE_JOBS-50 200 1000}"
 WORKER_SIZES="${SCALE_WORKERS-100 500 2000}"
-NOISE_SIZES="${SCALE_NOISE-0 5000 20000}"
+NOISE_SIZES="${SCALE_NOISE-0 5000}"
 NOISE_JOBS="${SCALE_NOISE_JOBS:-200}"
 PEERS="${SCALE_PEERS:-ours-default,raw}"
-TO_AT="${SCALE_TO_AT-200 1000}"
-RESTART_JOBS="${SCALE_RESTART_JOBS:-2000}"
+TO_AT="${SCALE_TO_AT-200}"
+RESTART_JOBS="${SCALE_RESTART_JOBS:-1000}"
 OUT="$REPO_DIR/target/bench/scale"
 
 has_series() { [[ ",$SERIES," == *",$1,"* ]]; }
