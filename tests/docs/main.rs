@@ -65,8 +65,9 @@
 //!    [`results_machinery`]), every results file says its
 //!    commit, command, machine and date, and in the benchmark docs every
 //!    other table is marked `<!-- unbacked: why -->`, visibly, or holds no
-//!    figures; the decimals in `docs/reliability.md`'s prose are values of
-//!    the files its tables come from ([`results_prose`]).
+//!    figures; the decimals in the prose of the docs listed in
+//!    [`results_prose::DOCS`] (today `docs/reliability.md`) are values of
+//!    the files their tables come from.
 //! 10. **Kubeflow's texts** ([`compat`]): the compatibility doc lists every
 //!     message of `tfjob::messages::KUBEFLOW` and names each deliberate
 //!     difference.
