@@ -43,10 +43,17 @@ use super::{EventMetrics, EventRecord};
 const WRITE_ATTEMPTS: u32 = 3;
 /// The pause before an event is tried again.
 const WRITE_RETRY_PAUSE: Duration = Duration::from_secs(1);
-/// Writes in flight at once (each for a different object). Also the most
-/// events the writer takes off the recorder's queue ahead of their write, so
-/// a full queue still means a slow server, and drops, as in client-go.
+/// Writes in flight at once (each for a different object).
 pub const WRITES_IN_FLIGHT: usize = 8;
+/// The most events the writer holds behind a write in flight for their
+/// object. Events come in runs about one object (a TFJob gets one Event per
+/// child it creates, eight for a 4-replica job, all at once), so the writer
+/// must look past a run to find other objects to write: when this bound
+/// was [`WRITES_IN_FLIGHT`] in all, one job's run filled it and the writer
+/// wrote one Event at a time, and a burst of 200 jobs overflowed the
+/// recorder's queue (2026-11-27, `make bench-e2e` at the defaults). Still
+/// bounded, so a full queue means a slow server, and drops, as in client-go.
+pub const HELD_BEHIND_MOST: usize = 16 * WRITES_IN_FLIGHT;
 
 /// An event the writer holds: new (decided when its turn comes), or to be
 /// tried again (decided already: a retry must not take a second spam token).
@@ -164,12 +171,12 @@ impl EventBroadcaster {
         }
     }
 
-    /// Whether the writer may take one more event: writes in flight plus
-    /// events waiting for their object's write stay within
-    /// [`WRITES_IN_FLIGHT`].
+    /// Whether the writer may take one more event: it may start a write
+    /// (fewer than [`WRITES_IN_FLIGHT`] in flight) and hold it behind its
+    /// object's write if it must (fewer than [`HELD_BEHIND_MOST`] held).
     fn has_room(&self) -> bool {
         let waiting: usize = self.lanes.values().map(VecDeque::len).sum();
-        self.in_flight.len() + waiting < WRITES_IN_FLIGHT
+        self.in_flight.len() < WRITES_IN_FLIGHT && waiting < HELD_BEHIND_MOST
     }
 
     /// Starts `held`'s write, or queues it behind the write in flight for
@@ -493,6 +500,42 @@ mod tests {
         // 20 writes, 8 at a time: three rounds, not twenty.
         let last = written.iter().map(|(.., at)| *at - start_at).max();
         assert_eq!(last, Some(3 * write_takes));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn runs_of_events_about_one_object_still_let_other_objects_be_written_at_once() {
+        // Eight jobs, each with the eight creation Events a 4-replica job
+        // gets, queued job after job as a burst of creates queues them.
+        let write_takes = Duration::from_millis(100);
+        let sink = Arc::new(MemorySink::slow(write_takes));
+        let events = (0..8)
+            .flat_map(|job| {
+                (0..8).map(move |child| {
+                    let mut e = event_about(
+                        &format!("job{job}"),
+                        "SuccessfulCreatePod",
+                        &format!("Created pod: job{job}-worker-{child}"),
+                    );
+                    e.involved.namespace = Some("live".to_owned());
+                    e
+                })
+            })
+            .collect();
+        let start_at = Instant::now();
+        let (_registry, _tx, _guard) = start(sink.clone(), events);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+
+        let written = sink.written.lock().unwrap().clone();
+        assert_eq!(written.len(), 64);
+        assert_eq!(
+            sink.most_in_flight.load(Ordering::SeqCst),
+            WRITES_IN_FLIGHT,
+            "one job's run of Events must not leave the other jobs waiting"
+        );
+        // Each job's eight in order, the eight jobs at once: eight rounds
+        // (one write at a time would take 64).
+        let last = written.iter().map(|(.., at)| *at - start_at).max();
+        assert_eq!(last, Some(8 * write_takes));
     }
 
     #[tokio::test(start_paused = true)]
