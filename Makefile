@@ -94,7 +94,7 @@ e2e: cluster-tools chromium ## The end-to-end suite on a freshly started local c
 FAULT_SEED ?= 20
 FAULT_ROUNDS ?= 20
 .PHONY: test-faults
-test-faults: cluster-tools ## The fault suite in full on a fresh local cluster (FAULT_SEED, FAULT_ROUNDS; FAULT_RECORD=<name> keeps the figures in benches/results/)
+test-faults: cluster-tools ## The fault suite in full on a fresh local cluster (FAULT_SEED, FAULT_ROUNDS, FAULT_FILTER=<test name filter>; FAULT_RECORD=<name> keeps the figures in benches/results/)
 	FAULTS_ONLY=1 FAULT_FULL=1 FAULT_SEED=$(FAULT_SEED) FAULT_ROUNDS=$(FAULT_ROUNDS) bash e2e/run-suite.sh
 
 .PHONY: test-ui

@@ -19,6 +19,9 @@
 #   FAULTS_ONLY=1 run-suite.sh         steps 1, 2, 6, 7 (make test-faults)
 #   FAULT_RECORD=<name> (with FAULTS_ONLY=1) keeps the figures of a run that
 #                                      passed in benches/results/<name>.json (record_faults)
+#   FAULT_FILTER=<test name filter> (with FAULTS_ONLY=1) runs only the fault
+#                                      tests whose names contain it (libtest's filter),
+#                                      e.g. FAULT_FILTER=requests:: to record one scenario
 set -euo pipefail
 export LOG_TAG=e2e
 # shellcheck source=e2e/lib.sh
@@ -184,7 +187,9 @@ fault_suite() {
     bash "$E2E_DIR/cluster.sh" up
   fi
   [[ "${FAULT_FULL:-0}" == 1 ]] || skip=(--skip scale_)
-  log "running the fault suite (FAULT_SEED=${FAULT_SEED:-20} FAULT_ROUNDS=${FAULT_ROUNDS:-3} FAULT_FULL=${FAULT_FULL:-0})"
+  # FAULT_FILTER narrows the run to some scenarios (libtest's name filter).
+  [[ -z "${FAULT_FILTER:-}" ]] || skip+=("$FAULT_FILTER")
+  log "running the fault suite (FAULT_SEED=${FAULT_SEED:-20} FAULT_ROUNDS=${FAULT_ROUNDS:-3} FAULT_FULL=${FAULT_FULL:-0}${FAULT_FILTER:+ FAULT_FILTER=$FAULT_FILTER})"
   if [[ -z "${FAULT_RECORD:-}" ]]; then
     cargo test --test faults -- --include-ignored --test-threads=1 --nocapture "${skip[@]}"
     return
