@@ -38,10 +38,15 @@ pub fn prose_decimals(text: &str) -> Vec<(usize, String)> {
                 continue;
             }
             let start = i;
-            while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '.') {
+            // A thousands comma belongs to the number: `1,234.5` is 1234.5.
+            while i < chars.len()
+                && (chars[i].is_ascii_digit()
+                    || chars[i] == '.'
+                    || (chars[i] == ',' && chars.get(i + 1).is_some_and(char::is_ascii_digit)))
+            {
                 i += 1;
             }
-            let token: String = chars[start..i].iter().collect();
+            let token: String = chars[start..i].iter().filter(|c| **c != ',').collect();
             let token = token.trim_end_matches('.');
             let after_version_mark =
                 start > 0 && (chars[start - 1].is_ascii_alphanumeric() || chars[start - 1] == '/');
@@ -53,12 +58,16 @@ pub fn prose_decimals(text: &str) -> Vec<(usize, String)> {
     out
 }
 
-/// Every number in a results file, as the docs print a decimal, and the
-/// decimals inside its texts (the load averages of `meta.machine`).
+/// Every number in a results file, as the file has it and as the docs
+/// round it (to 1, 2 or 3 decimals), and the decimals inside its texts
+/// (the load averages of `meta.machine`).
 fn numbers(v: &Value, out: &mut BTreeSet<String>) {
     match v {
         Value::Number(n) => {
             out.insert(n.to_string());
+            if let Some(x) = n.as_f64() {
+                out.extend((1..=3).map(|digits| format!("{x:.digits$}")));
+            }
         }
         Value::String(s) => {
             out.extend(prose_decimals(s).into_iter().map(|(_, n)| n));
@@ -79,6 +88,12 @@ pub fn strays(root: &Path, doc: &str, text: &str) -> Result<Vec<String>, String>
         .map(|s| s.file)
         .collect();
     let mut known = BTreeSet::new();
+    // What the page's own rendered tables show (a ratio of two runs, a
+    // median) may be quoted too: the drift guard holds those to the files.
+    for section in sections(text).map_err(|e| format!("{doc}: {e}"))? {
+        let cells = text[section.body].replace('|', " ");
+        known.extend(prose_decimals(&cells).into_iter().map(|(_, n)| n));
+    }
     for file in &files {
         let raw =
             std::fs::read_to_string(root.join(file)).map_err(|e| format!("{doc}: {file}: {e}"))?;
@@ -117,16 +132,19 @@ fn results_prose_a_decimal_no_results_file_holds_is_reported() {
     std::fs::create_dir_all(&dir).expect("a temp dir");
     let file = serde_json::json!({
         "meta": {"machine": "2 cores, load average 10.36 before"},
-        "results": {"scenarios": [{"recovered_s": 16.7}]}
+        "results": {"scenarios": [{"recovered_s": 16.7, "running_s": 1234.5678}]}
     });
     std::fs::write(dir.join("r.json"), file.to_string()).expect("write");
-    let text = "<!-- results: r.json faults -->\n| x |\n<!-- /results -->\n\
-                Recovered 16.7 s after the heal, load 10.36.\n\
-                Misquoted: 16.8 s.\n";
+    let text = "<!-- results: r.json faults -->\n| x | **0.97×** |\n<!-- /results -->\n\
+                Recovered 16.7 s after the heal, load 10.36, Running in 1,234.6 s.\n\
+                The ratio in the table, 0.97×, may be quoted.\n\
+                Misquoted: 16.8 s, 1,234.7 s; 0.98×.\n";
     let found = strays(&dir, "d.md", text).expect("the file reads");
     assert_eq!(
         found,
-        vec!["d.md:5: 16.8 is in none of {\"r.json\"}".to_owned()]
+        ["16.8", "1234.7", "0.98"]
+            .map(|n| format!("d.md:6: {n} is in none of {{\"r.json\"}}"))
+            .to_vec()
     );
     let missing = strays(
         &dir,
@@ -149,13 +167,14 @@ fn results_prose_decimals_skip_code_tables_versions_and_sentence_ends() {
                 KWOK v0.8 on Kubernetes 1.34.4 over HTTP/1.1, `0.5` in code.\n\
                 <!-- 7.5 in a comment -->\n\
                 ```\n3.25 in a block\n```\n\
-                2,032 s and 30 s are integers; 0.157 s is not.";
+                2,032 s and 30 s are integers; 0.157 s is not, nor 1,234.5.";
     assert_eq!(
         prose_decimals(text),
         vec![
             (1, "16.7".to_owned()),
             (1, "15.2".to_owned()),
-            (8, "0.157".to_owned())
+            (8, "0.157".to_owned()),
+            (8, "1234.5".to_owned())
         ]
     );
 }
