@@ -24,6 +24,7 @@ use tfjob_operator::runtime::client::metrics::RestClientMetricsLayer;
 use tfjob_operator::runtime::client::rate_limit::ClientRateLimits;
 use tfjob_operator::runtime::client::span_status::SpanStatusLayer;
 use tfjob_operator::runtime::client::timeout::RequestTimeoutLayer;
+use tfjob_operator::runtime::client::window::{MAX_IN_FLIGHT, Window};
 use tfjob_operator::runtime::manager::leader_election::LeaderElectionConfig;
 use tfjob_operator::runtime::manager::server::{HttpServer, SecureMetrics};
 use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
@@ -193,12 +194,17 @@ async fn run(
         args.kube_api_qps_total,
         args.kube_api_burst_total,
     );
+    // One window on requests in flight for all three clients: APF gives one
+    // identity one priority level, so its room is shared (a window each let
+    // the three overflow the level's queue together: 2026-11-27, the bench's
+    // APF peers). runtime::client::window.
+    let window = Window::new(MAX_IN_FLIGHT);
     // Metrics outermost, so a request cut by its deadline or refused by the
     // fence is counted too.
     // HTTP/2 with client-go's 30 s + 15 s ping health check (runtime::client::connect).
     let api_client = || -> anyhow::Result<kube::Client> {
         Ok(
-            tfjob_operator::runtime::client::connect::client_builder(config.clone())?
+            tfjob_operator::runtime::client::connect::client_builder(config.clone(), &window)?
                 .with_layer(&WriteFenceLayer::new(fence.clone()))
                 .with_layer(&timeout)
                 .with_layer(&rest_metrics)

@@ -36,6 +36,7 @@
 //! plain `http://` server (no TLS, so no ALPN), are spoken to in HTTP/1.1 as
 //! before. With a `proxy-url` in the kubeconfig the
 //! stack is kube's own (HTTP/1.1): its proxy tunnels are not rebuilt here.
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -47,7 +48,7 @@ use kube::client::{Body, ClientBuilder, ConfigExt, DynBody};
 use tower::retry::RetryLayer;
 
 use super::retry_after::RetryAfterPolicy;
-use super::window::{MAX_IN_FLIGHT, Window, WindowLayer};
+use super::window::{Window, WindowLayer};
 use tower::util::BoxService;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
@@ -60,8 +61,15 @@ pub const PING_TIMEOUT: Duration = Duration::from_secs(15);
 pub type ApiService = BoxService<http::Request<Body>, http::Response<Box<DynBody>>, BoxError>;
 
 /// A [`ClientBuilder`] for `config` whose connection speaks HTTP/2 with
-/// keep-alive pings when the server agrees (see the module doc).
-pub fn client_builder(config: kube::Config) -> Result<ClientBuilder<ApiService>, kube::Error> {
+/// keep-alive pings when the server agrees (see the module doc), sending
+/// through `window` (`client/window.rs`). Give every client of the process
+/// the same window: API Priority and Fairness classifies requests by who
+/// sends them, so all of one identity's clients share one priority level's
+/// seats and queue, and a 429 to one of them is news for all.
+pub fn client_builder(
+    config: kube::Config,
+    window: &Arc<Window>,
+) -> Result<ClientBuilder<ApiService>, kube::Error> {
     if config.proxy_url.is_some() {
         tracing::warn!(
             "a proxy-url is configured: using kube's HTTP/1.1 client, so a dead connection is noticed only at a request's deadline"
@@ -104,7 +112,7 @@ pub fn client_builder(config: kube::Config) -> Result<ClientBuilder<ApiService>,
         )
         // Inside the retries, so that each attempt waits for room and each
         // 429 narrows the window.
-        .layer(WindowLayer::new(Window::new(MAX_IN_FLIGHT)))
+        .layer(WindowLayer::new(Arc::clone(window)))
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .map_err(BoxError::from)

@@ -21,6 +21,14 @@
 //! - every other answer widens it by 1/window, i.e. by one per window's
 //!   worth of answers.
 //!
+//! One window serves every client of the process (`main.rs` hands the same
+//! one to each, `connect::client_builder`): APF gives one identity one
+//! priority level, so the clients share its room. With a window each, the
+//! three clients (manager, Pod and Service control, Events) narrowed apart
+//! and together kept overflowing the level's queue: on 2026-11-27, at
+//! per-client QPS 20 under one seat and a queue of 5, ours drew 277 429s in
+//! its first bench run, where training-operator drew none.
+//!
 //! A request waits for room before it is sent; its room is given back when
 //! the response head arrives (or the request is dropped). Watches (open for
 //! minutes) and Lease requests (leader election must not queue behind a
