@@ -270,14 +270,30 @@ impl EventCorrelator {
     /// does). The spam filter then runs on every event, repeats included: a
     /// hot loop must not patch an Event 100 times a second either.
     pub fn correlate(&mut self, event: &mut EventRecord, now: Instant) -> Decision {
+        if !self.admit(event, now) {
+            return Decision::Drop;
+        }
+        self.write_for(event)
+    }
+
+    /// The half of [`correlate`](Self::correlate) that needs no earlier
+    /// write to have landed: combines `event` with similar ones and takes
+    /// its spam token; `false` when the spam filter drops it. The writer
+    /// runs it as it takes an event off the queue, so a burst about one
+    /// object is filtered at once instead of waiting its turn behind that
+    /// object's writes (and filling the queue meanwhile).
+    pub fn admit(&mut self, event: &mut EventRecord, now: Instant) -> bool {
         self.combine_similar(event, now);
         let (burst, refill) = (self.burst, self.refill_every);
         let bucket = self
             .buckets
             .get_or_insert_with(&event.spam_key(), || TokenBucket::new(burst, refill, now));
-        if !bucket.try_take(now) {
-            return Decision::Drop;
-        }
+        bucket.try_take(now)
+    }
+
+    /// The other half: a create, or a patch of the Event an earlier write
+    /// of the same event stored (so it must run once that write landed).
+    pub fn write_for(&self, event: &EventRecord) -> Decision {
         match self.written.get(&event.aggregate_key()) {
             Some(w) => Decision::Patch {
                 namespace: w.namespace.clone(),
