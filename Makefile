@@ -231,7 +231,7 @@ results-tables: ## Regenerate the docs' benchmark tables from benches/results/ (
 	TFJOB_WRITE_RESULTS=1 cargo test --test docs results_
 
 .PHONY: bench-scale
-bench-scale: cluster-tools ## Curves: 50-1,000 jobs, 100-2,000 workers, 0-5,000 unrelated Pods vs the bare client, about an hour; plots in docs/scale/ (docs/scale.md; SCALE_RECORD=<name> keeps the results in benches/results/)
+bench-scale: cluster-tools ## Curves: 50-1,000 jobs, 100-2,000 workers, 0-5,000 unrelated Pods vs the bare client, about half an hour; plots in docs/scale/ (docs/scale.md; SCALE_RECORD=<name> keeps the results in benches/results/)
 	bash e2e/bench-scale.sh
 
 .PHONY: profile-cpu
