@@ -90,6 +90,7 @@ mod repo;
 mod results;
 mod results_faults;
 mod results_machinery;
+mod results_numbers;
 mod results_prose;
 mod results_tables;
 mod shape;

@@ -13,7 +13,8 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::results_faults as faults;
-use crate::results_tables::{self as tables, Load};
+use crate::results_numbers::Load;
+use crate::results_tables as tables;
 
 pub const OPEN: &str = "<!-- results:";
 pub const CLOSE: &str = "<!-- /results -->";

@@ -10,7 +10,7 @@
 //! - `faults scenario=<id>`: every figure of one scenario, as recorded.
 use serde_json::Value;
 
-use crate::results_tables::grouped;
+use crate::results_numbers::grouped;
 
 /// One value as the docs show it: integers grouped by thousands, other
 /// numbers as recorded, booleans as yes/no, text as is (`none` when

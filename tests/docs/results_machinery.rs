@@ -16,7 +16,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::results_tables::{Load, grouped, median};
+use crate::results_numbers::{Load, grouped, median, ratios};
 
 /// The sections a `make bench` results file may hold (`e2e/record.py`).
 pub const MACHINERY_BENCHES: [&str; 4] = ["workqueue", "memory", "sync", "latency"];
@@ -354,12 +354,7 @@ fn workqueue_headline(row: &Value, bench: &str, load: Load) -> Result<String, St
             .unwrap_or_default()
     };
     let (ours, peer) = (runs("ours"), runs("client_go"));
-    let ratios: Vec<f64> = ours
-        .iter()
-        .zip(&peer)
-        .filter(|(_, p)| **p > 0.0)
-        .map(|(o, p)| o / p)
-        .collect();
+    let ratios = ratios(&ours, &peer);
     let mid = median(&ratios).ok_or(format!(
         "headline `{}`: no pair of runs of {metric}",
         s("what")

@@ -17,51 +17,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-/// How a table reads other results files (the headline's rows name theirs).
-pub type Load<'a> = &'a dyn Fn(&str) -> Result<Value, String>;
-
-pub fn num(v: &Value, digits: usize) -> String {
-    v.as_f64()
-        .map(|v| format!("{v:.digits$}"))
-        .unwrap_or_else(|| "-".to_owned())
-}
-
-/// Python's `f"{v:,.{digits}f}"`: thousands separated by commas.
-pub fn grouped(v: f64, digits: usize) -> String {
-    let text = format!("{v:.digits$}");
-    let (sign, rest) = text
-        .strip_prefix('-')
-        .map_or(("", text.as_str()), |r| ("-", r));
-    let (int, frac) = rest
-        .split_once('.')
-        .map_or((rest, None), |(i, f)| (i, Some(f)));
-    let mut out = String::from(sign);
-    for (i, c) in int.chars().enumerate() {
-        if i > 0 && (int.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if let Some(frac) = frac {
-        out.push('.');
-        out.push_str(frac);
-    }
-    out
-}
-
-pub fn median(xs: &[f64]) -> Option<f64> {
-    let mut sorted: Vec<f64> = xs.iter().copied().filter(|x| x.is_finite()).collect();
-    if sorted.is_empty() {
-        return None;
-    }
-    sorted.sort_by(f64::total_cmp);
-    let mid = sorted.len() / 2;
-    Some(if sorted.len() % 2 == 1 {
-        sorted[mid]
-    } else {
-        (sorted[mid - 1] + sorted[mid]) / 2.0
-    })
-}
+use crate::results_numbers::{Load, grouped, median, num, ratios};
 
 fn runs(doc: &Value) -> Result<&Vec<Value>, String> {
     doc["results"]["runs"]
@@ -123,12 +79,7 @@ pub fn paired(
         values(doc, filter, a, metric),
         values(doc, filter, b, metric),
     );
-    let ratios: Vec<f64> = va
-        .iter()
-        .zip(&vb)
-        .filter(|(_, b)| **b > 0.0)
-        .map(|(a, b)| a / b)
-        .collect();
+    let ratios = ratios(&va, &vb);
     let mid = median(&ratios);
     (va, vb, ratios, mid)
 }
