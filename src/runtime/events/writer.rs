@@ -182,11 +182,12 @@ impl EventBroadcaster {
 
     /// Starts `held`'s write, or queues it behind the write in flight for
     /// the same object. A new event meets the spam filter here, as it comes
-    /// off the queue: a burst about one object (a 2,000-worker job's 4,002
-    /// creation Events) is filtered at once, not when each event's turn
-    /// behind that object's writes comes, which let the burst fill the
-    /// recorder's queue and drop Events about other objects (2026-11-27,
-    /// `make bench-scale`, 500 workers).
+    /// off the queue: events past an object's burst are dropped at once,
+    /// not when each one's turn behind that object's writes comes, so they
+    /// never hold the writer's room. (A burst published faster than the
+    /// writer takes it, such as one pass's 4,002 creation Events for a
+    /// 2,000-worker job, still overflows the recorder's queue before it
+    /// gets here: that needs the filter before the queue.)
     fn hold(&mut self, mut held: Held) {
         if held.decision.is_none() && !self.correlator.admit(&mut held.event, Instant::now()) {
             self.metrics.drop_for("spam_filtered");
