@@ -1,10 +1,7 @@
-//! The EventCorrelator: spam filter plus aggregation, pure (the caller
-//! supplies the time).
+//! The EventCorrelator: aggregation, pure (the caller supplies the time).
 //!
-//! Mirrors client-go `tools/record/events_cache.go`
-//! (`EventSourceObjectSpamFilter`, `EventAggregator`, `eventLogger`):
-//! - spam filter: a token bucket per reporter, involved object and event
-//!   type (burst 25, one token back every 300 s);
+//! Mirrors client-go `tools/record/events_cache.go` (`EventAggregator`,
+//! `eventLogger`; its spam filter is `spam.rs` here, run before the queue):
 //! - aggregation: a repeat of an event already written (same object, type,
 //!   reason and message) patches the existing Event's `count` and
 //!   `lastTimestamp` instead of creating another object;
@@ -15,20 +12,16 @@
 //!   every occurrence. The first nine are written as they are, so a user
 //!   sees a controller's own messages first.
 //!
-//! Both caches are bounded (4096 entries, oldest-inserted evicted first, a
-//! simpler policy than client-go's LRU). It never talks to the API server.
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::hash::Hash;
+//! Both caches are bounded (`bounded_map.rs`). It never talks to the API
+//! server.
+use std::collections::HashSet;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::bounded_map::{BoundedMap, CACHE_ENTRIES};
 use super::{EventRecord, EventType};
 
-/// client-go's spam filter burst: events an object may get at once.
-pub const SPAM_BURST: u32 = 25;
-/// client-go's spam filter refill: one more event per this period.
-pub const SPAM_REFILL_EVERY: Duration = Duration::from_secs(300);
 /// client-go's `defaultAggregateMaxEvents`: different messages with one
 /// reason before they are combined.
 pub const SIMILAR_THRESHOLD: usize = 10;
@@ -37,8 +30,6 @@ pub const SIMILAR_THRESHOLD: usize = 10;
 pub const SIMILAR_INTERVAL: Duration = Duration::from_secs(600);
 /// client-go's `EventAggregatorByReasonMessageFunc` prefix.
 pub const COMBINED_PREFIX: &str = "(combined from similar events): ";
-/// client-go's `maxLruCacheEntries`.
-const CACHE_ENTRIES: usize = 4096;
 
 impl EventRecord {
     /// The reporter and the involved object (the writer writes one object's
@@ -53,13 +44,6 @@ impl EventRecord {
             namespace: r.namespace.clone(),
             name: r.name.clone(),
             uid: r.uid.clone(),
-        }
-    }
-
-    fn spam_key(&self) -> SpamKey {
-        SpamKey {
-            object: self.object_key(),
-            type_: self.type_,
         }
     }
 
@@ -97,17 +81,6 @@ pub(super) struct ObjectIdentity {
     uid: Option<String>,
 }
 
-/// The spam filter's key: client-go's `getSpamKey` plus the event type, so
-/// a burst of Normal events cannot use up the tokens a Warning about the same
-/// object needs (client-go's default key has no type, and drops that
-/// Warning; Kubernetes' service controller passes its own key with the type
-/// and reason for the same reason, kubernetes/kubernetes#124747).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct SpamKey {
-    object: ObjectIdentity,
-    type_: EventType,
-}
-
 /// The aggregation key: object + type + reason + message (`None` for the
 /// combined Event of similar events, client-go's `aggregateKey`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -134,84 +107,6 @@ struct SimilarRecord {
     last: Instant,
 }
 
-/// A map that forgets its oldest-inserted entry beyond `capacity`.
-#[derive(Debug)]
-struct BoundedMap<K, V> {
-    map: HashMap<K, V>,
-    order: VecDeque<K>,
-    capacity: usize,
-}
-
-impl<K: Clone + Eq + Hash, V> BoundedMap<K, V> {
-    fn new(capacity: usize) -> Self {
-        Self {
-            map: HashMap::new(),
-            order: VecDeque::new(),
-            capacity,
-        }
-    }
-
-    fn get_or_insert_with(&mut self, key: &K, make: impl FnOnce() -> V) -> &mut V {
-        if !self.map.contains_key(key) {
-            while self.map.len() >= self.capacity {
-                match self.order.pop_front() {
-                    Some(oldest) => {
-                        self.map.remove(&oldest);
-                    }
-                    None => break,
-                }
-            }
-            self.order.push_back(key.clone());
-        }
-        self.map.entry(key.clone()).or_insert_with(make)
-    }
-
-    fn get(&self, key: &K) -> Option<&V> {
-        self.map.get(key)
-    }
-
-    fn remove(&mut self, key: &K) {
-        if self.map.remove(key).is_some() {
-            self.order.retain(|k| k != key);
-        }
-    }
-}
-
-/// A token bucket measured on tokio's clock (so tests can pause time).
-#[derive(Clone, Debug)]
-pub struct TokenBucket {
-    tokens: f64,
-    burst: f64,
-    refill_every: Duration,
-    last: Instant,
-}
-
-impl TokenBucket {
-    /// A full bucket.
-    pub fn new(burst: u32, refill_every: Duration, now: Instant) -> Self {
-        Self {
-            tokens: f64::from(burst),
-            burst: f64::from(burst),
-            refill_every,
-            last: now,
-        }
-    }
-
-    /// Takes one token if there is one.
-    pub fn try_take(&mut self, now: Instant) -> bool {
-        let elapsed = now.duration_since(self.last).as_secs_f64();
-        let refilled = elapsed / self.refill_every.as_secs_f64();
-        self.tokens = (self.tokens + refilled).min(self.burst);
-        self.last = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 /// What to do with one event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -224,8 +119,6 @@ pub enum Decision {
         name: String,
         count: i32,
     },
-    /// The spam filter ran out of tokens for this object.
-    Drop,
 }
 
 /// Where an aggregated Event lives and how often it has happened.
@@ -236,63 +129,39 @@ struct Written {
     count: i32,
 }
 
-/// Spam filter plus aggregation; pure (the caller supplies the time).
+/// Aggregation; pure (the caller supplies the time).
 #[derive(Debug)]
 pub struct EventCorrelator {
-    buckets: BoundedMap<SpamKey, TokenBucket>,
     written: BoundedMap<AggregateKey, Written>,
     similar: BoundedMap<SimilarKey, SimilarRecord>,
-    burst: u32,
-    refill_every: Duration,
 }
 
 impl Default for EventCorrelator {
     fn default() -> Self {
-        Self::new(SPAM_BURST, SPAM_REFILL_EVERY)
+        Self {
+            written: BoundedMap::new(CACHE_ENTRIES),
+            similar: BoundedMap::new(CACHE_ENTRIES),
+        }
     }
 }
 
 impl EventCorrelator {
-    /// A correlator with a custom spam bucket.
-    pub fn new(burst: u32, refill_every: Duration) -> Self {
-        Self {
-            buckets: BoundedMap::new(CACHE_ENTRIES),
-            written: BoundedMap::new(CACHE_ENTRIES),
-            similar: BoundedMap::new(CACHE_ENTRIES),
-            burst,
-            refill_every,
-        }
-    }
-
     /// Decides what to do with `event`, first combining it with similar
     /// ones if its reason has had [`SIMILAR_THRESHOLD`] different messages
     /// lately (which rewrites its message, as client-go's `EventAggregate`
-    /// does). The spam filter then runs on every event, repeats included: a
-    /// hot loop must not patch an Event 100 times a second either.
+    /// does). The writer runs the two halves apart: [`combine_similar`]
+    /// as it takes an event off the queue, [`write_for`] when its turn to be
+    /// written comes.
+    ///
+    /// [`combine_similar`]: Self::combine_similar
+    /// [`write_for`]: Self::write_for
     pub fn correlate(&mut self, event: &mut EventRecord, now: Instant) -> Decision {
-        if !self.admit(event, now) {
-            return Decision::Drop;
-        }
+        self.combine_similar(event, now);
         self.write_for(event)
     }
 
-    /// The half of [`correlate`](Self::correlate) that needs no earlier
-    /// write to have landed: combines `event` with similar ones and takes
-    /// its spam token; `false` when the spam filter drops it. The writer
-    /// runs it as it takes an event off the queue, so a burst about one
-    /// object is filtered at once instead of waiting its turn behind that
-    /// object's writes (and filling the queue meanwhile).
-    pub fn admit(&mut self, event: &mut EventRecord, now: Instant) -> bool {
-        self.combine_similar(event, now);
-        let (burst, refill) = (self.burst, self.refill_every);
-        let bucket = self
-            .buckets
-            .get_or_insert_with(&event.spam_key(), || TokenBucket::new(burst, refill, now));
-        bucket.try_take(now)
-    }
-
-    /// The other half: a create, or a patch of the Event an earlier write
-    /// of the same event stored (so it must run once that write landed).
+    /// A create, or a patch of the Event an earlier write of the same event
+    /// stored (so it must run once that write landed).
     pub fn write_for(&self, event: &EventRecord) -> Decision {
         match self.written.get(&event.aggregate_key()) {
             Some(w) => Decision::Patch {
@@ -308,8 +177,8 @@ impl EventCorrelator {
     /// `event`'s reason; from the [`SIMILAR_THRESHOLD`]th on, `event` becomes
     /// the combined Event (its message prefixed). The set never grows past
     /// the threshold (client-go pops one message each time, then adds the
-    /// next).
-    fn combine_similar(&mut self, event: &mut EventRecord, now: Instant) {
+    /// next). It needs no earlier write to have landed.
+    pub fn combine_similar(&mut self, event: &mut EventRecord, now: Instant) {
         if event.combined {
             return;
         }
@@ -358,9 +227,7 @@ impl EventCorrelator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::events::EventSourceInfo;
     use crate::runtime::events::tests::event_about;
-    use std::sync::Arc;
 
     #[tokio::test(start_paused = true)]
     async fn a_first_event_is_created_and_its_repeat_patches_it() {
@@ -429,75 +296,6 @@ mod tests {
         assert_eq!(c.correlate(&mut e, Instant::now()), Decision::Create);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_spam_filter_allows_a_burst_of_25_per_object_then_one_per_300_seconds() {
-        let mut c = EventCorrelator::default();
-        for i in 0..25 {
-            let mut e = event_about("a", "R", &format!("m{i}"));
-            assert_ne!(
-                c.correlate(&mut e, Instant::now()),
-                Decision::Drop,
-                "event {i}"
-            );
-        }
-        let mut e = event_about("a", "R", "one too many");
-        assert_eq!(c.correlate(&mut e, Instant::now()), Decision::Drop);
-        // Another object has its own bucket.
-        assert_eq!(
-            c.correlate(&mut event_about("b", "R", "m"), Instant::now()),
-            Decision::Create
-        );
-
-        tokio::time::advance(Duration::from_secs(299)).await;
-        assert_eq!(c.correlate(&mut e, Instant::now()), Decision::Drop);
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(c.correlate(&mut e, Instant::now()), Decision::Create);
-        assert_eq!(c.correlate(&mut e, Instant::now()), Decision::Drop);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_warning_still_gets_through_after_the_normal_events_used_up_their_burst() {
-        let mut c = EventCorrelator::default();
-        for i in 0..25 {
-            let mut e = event_about("a", "Progress", &format!("step {i}"));
-            assert_ne!(
-                c.correlate(&mut e, Instant::now()),
-                Decision::Drop,
-                "event {i}"
-            );
-        }
-        let mut normal = event_about("a", "Progress", "one too many");
-        assert_eq!(c.correlate(&mut normal, Instant::now()), Decision::Drop);
-        let mut warning = event_about("a", "Failed", "the job failed");
-        warning.type_ = EventType::Warning;
-        assert_eq!(c.correlate(&mut warning, Instant::now()), Decision::Create);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn each_reporting_component_has_its_own_spam_bucket() {
-        let mut c = EventCorrelator::new(1, SPAM_REFILL_EVERY);
-        let mut e = event_about("a", "R", "m");
-        assert_eq!(c.correlate(&mut e, Instant::now()), Decision::Create);
-        assert_eq!(c.correlate(&mut e, Instant::now()), Decision::Drop);
-        let mut other = e.clone();
-        other.source = Arc::new(EventSourceInfo {
-            component: "other-controller".into(),
-            instance: None,
-        });
-        assert_eq!(c.correlate(&mut other, Instant::now()), Decision::Create);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_spam_bucket_never_refills_beyond_its_burst() {
-        let start = Instant::now();
-        let mut bucket = TokenBucket::new(2, Duration::from_secs(10), start);
-        tokio::time::advance(Duration::from_secs(1_000)).await;
-        let now = Instant::now();
-        assert!(bucket.try_take(now));
-        assert!(bucket.try_take(now));
-        assert!(!bucket.try_take(now));
-    }
-
     /// Publishes "Created pod: j-worker-<i>" for each `i`, writing what is
     /// created or patched, and returns each event's message and decision.
     fn create_pods(
@@ -519,7 +317,6 @@ mod tests {
                         name,
                         count,
                     } => c.written(&e, &namespace.clone(), &name.clone(), *count),
-                    Decision::Drop => {}
                 }
                 (e.message, decision)
             })
@@ -583,16 +380,5 @@ mod tests {
                 .all(|(m, d)| !m.starts_with(COMBINED_PREFIX) && *d == Decision::Create),
             "{written:?}"
         );
-    }
-
-    #[test]
-    fn the_bounded_map_evicts_the_oldest_entry() {
-        let mut m = BoundedMap::new(2);
-        *m.get_or_insert_with(&1, || 0) = 10;
-        *m.get_or_insert_with(&2, || 0) = 20;
-        *m.get_or_insert_with(&3, || 0) = 30;
-        assert!(m.get(&1).is_none());
-        assert_eq!(m.get(&2), Some(&20));
-        assert_eq!(m.get(&3), Some(&30));
     }
 }

@@ -7,16 +7,17 @@
 //! `docs/11-client-cache-recorder.md`.
 //!
 //! - [`EventRecorder::publish`] never blocks and never fails for its caller: a
-//!   reconcile must not slow down or error because the Events API is slow. It
-//!   puts the event on a bounded channel; when the channel is full the event is
-//!   dropped and counted (`tfjob_operator_events_dropped_total{reason="queue_full"}`), as
-//!   client-go's `DropIfChannelFull` does.
+//!   reconcile must not slow down or error because the Events API is slow.
+//!   The spam filter (`spam.rs`: a token bucket per reporter, involved object
+//!   and event type, burst 25, one token back every 300 s; Normal events
+//!   never use up a Warning's tokens) drops what an object has had too much
+//!   of (`tfjob_operator_events_dropped_total{reason="spam_filtered"}`);
+//!   the rest goes on a bounded channel; when the channel is full the event
+//!   is dropped and counted (`{reason="queue_full"}`), as client-go's
+//!   `DropIfChannelFull` does. The filter runs before the channel, where
+//!   client-go runs it after: see `spam.rs` for why.
 //! - [`EventBroadcaster::run`] is the background task that writes them. Before
 //!   writing, the [`EventCorrelator`] decides:
-//!   - spam filter: a token bucket per reporter, involved object and event
-//!     type (burst 25, one token back every 300 s); an object out of tokens
-//!     gets no more events of that type for now, but Normal events never
-//!     use up a Warning's tokens;
 //!   - aggregation: a repeat of an event already written (same object, type,
 //!     reason and message) patches the existing Event's `count` and
 //!     `lastTimestamp` instead of creating another object.
@@ -35,14 +36,17 @@
 //! simpler policy than client-go's LRU). This module never panics on API errors: a failed write is
 //! logged and counted, then forgotten.
 //!
-//! The recorder is here, the correlator in `correlator.rs`, the writer (the
+//! The recorder is here, the spam filter in `spam.rs`, the correlator in
+//! `correlator.rs`, the writer (the
 //! background task, up to [`WRITES_IN_FLIGHT`] objects' Events at a time) in
 //! `writer.rs`, one Event's write in `sink.rs`.
+mod bounded_map;
 pub mod correlator;
 pub mod sink;
+pub mod spam;
 pub mod writer;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -54,6 +58,7 @@ use tokio::sync::mpsc;
 use crate::observability::metrics::SharedRegistry;
 
 use sink::ApiEventSink;
+use spam::SpamFilter;
 use writer::EventBroadcaster;
 
 /// client-go's broadcaster queue length.
@@ -176,6 +181,9 @@ impl EventMetrics {
 pub struct EventRecorder {
     tx: mpsc::Sender<EventRecord>,
     source: Arc<EventSourceInfo>,
+    /// Shared by every clone and component (each component has buckets of
+    /// its own in it: the reporter is part of the key).
+    spam: Arc<Mutex<SpamFilter>>,
     metrics: EventMetrics,
 }
 
@@ -194,6 +202,7 @@ pub fn event_recorder(
             component: config.component,
             instance: config.instance,
         }),
+        spam: Arc::new(Mutex::new(SpamFilter::default())),
         metrics: metrics.clone(),
     };
     let broadcaster = EventBroadcaster::new(rx, Arc::new(ApiEventSink::new(client)), metrics);
@@ -210,12 +219,14 @@ impl EventRecorder {
                 component: component.into(),
                 instance: self.source.instance.clone(),
             }),
+            spam: self.spam.clone(),
             metrics: self.metrics.clone(),
         }
     }
 
     /// Queues an event about `obj`. Never blocks; drops (and counts) the
-    /// event when the queue is full or the writer has stopped.
+    /// event when the spam filter refuses it, the queue is full or the
+    /// writer has stopped.
     pub fn publish<K: Resource<DynamicType = ()>>(
         &self,
         obj: &K,
@@ -246,6 +257,15 @@ impl EventRecorder {
             source: self.source.clone(),
             combined: false,
         };
+        let allowed = self
+            .spam
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .allow(&record, tokio::time::Instant::now());
+        if !allowed {
+            self.metrics.drop_for("spam_filtered");
+            return;
+        }
         if self.tx.try_send(record).is_err() {
             self.metrics.drop_for("queue_full");
             tracing::debug!(reason, "event queue full; dropping event");
@@ -328,5 +348,41 @@ mod tests {
             text.contains("tfjob_operator_events_dropped_total{reason=\"queue_full\"} 2"),
             "{text}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_about_one_object_is_spam_filtered_before_it_can_fill_the_queue() {
+        // A big job's creation Events, all about its TFJob, published in one
+        // pass: 600 into a queue of 100. The filter lets its burst (25) in
+        // and drops the rest before the queue, so none is lost to a full
+        // queue and other objects' events still find room.
+        let registry = crate::observability::metrics::new_registry();
+        let mut config = EventRecorderConfig::new("test");
+        config.queue_capacity = 100;
+        let (recorder, _broadcaster) = event_recorder(dummy_client(), config, &registry);
+        let job = k8s_openapi::api::core::v1::Pod {
+            metadata: ObjectMeta {
+                name: Some("big".into()),
+                namespace: Some("ns".into()),
+                ..ObjectMeta::default()
+            },
+            ..Default::default()
+        };
+        for child in 0..600 {
+            recorder.normal(
+                &job,
+                "SuccessfulCreatePod",
+                format!("Created pod: big-worker-{child}"),
+            );
+        }
+        let mut other = job.clone();
+        other.metadata.name = Some("small".into());
+        recorder.normal(&other, "SuccessfulCreatePod", "Created pod: small-worker-0");
+        let text = crate::observability::metrics::encode(&registry);
+        assert!(
+            text.contains(r#"events_dropped_total{reason="spam_filtered"} 575"#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"reason="queue_full""#), "{text}");
     }
 }

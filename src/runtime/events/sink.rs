@@ -131,7 +131,6 @@ pub(super) async fn write(
         expired: false,
     };
     match decision {
-        Decision::Drop => written(Ok(None)),
         Decision::Create => written(create(sink, event).await.map(Some)),
         Decision::Patch {
             namespace,

@@ -55,9 +55,9 @@ pub const WRITES_IN_FLIGHT: usize = 8;
 /// bounded, so a full queue means a slow server, and drops, as in client-go.
 pub const HELD_BEHIND_MOST: usize = 16 * WRITES_IN_FLIGHT;
 
-/// An event the writer holds: new (admitted by the spam filter, its write
-/// decided when its turn comes), or to be tried again (decided already: a
-/// retry must not take a second spam token).
+/// An event the writer holds: new (its write decided when its turn comes),
+/// or to be tried again (decided already: a retry must write what its first
+/// attempt was to write).
 struct Held {
     event: EventRecord,
     decision: Option<Decision>,
@@ -181,17 +181,14 @@ impl EventBroadcaster {
     }
 
     /// Starts `held`'s write, or queues it behind the write in flight for
-    /// the same object. A new event meets the spam filter here, as it comes
-    /// off the queue: events past an object's burst are dropped at once,
-    /// not when each one's turn behind that object's writes comes, so they
-    /// never hold the writer's room. (A burst published faster than the
-    /// writer takes it, such as one pass's 4,002 creation Events for a
-    /// 2,000-worker job, still overflows the recorder's queue before it
-    /// gets here: that needs the filter before the queue.)
+    /// the same object. A new event is combined with similar ones here, as
+    /// it comes off the queue (its message must be final before it is
+    /// written); the spam filter has admitted it already, before the queue
+    /// (`spam.rs`).
     fn hold(&mut self, mut held: Held) {
-        if held.decision.is_none() && !self.correlator.admit(&mut held.event, Instant::now()) {
-            self.metrics.drop_for("spam_filtered");
-            return;
+        if held.decision.is_none() {
+            self.correlator
+                .combine_similar(&mut held.event, Instant::now());
         }
         let object = held.event.object_key();
         if let Some(lane) = self.lanes.get_mut(&object) {
@@ -202,8 +199,8 @@ impl EventBroadcaster {
         self.start(held);
     }
 
-    /// Starts the write of `held`, the next event about its object. It was
-    /// admitted by the spam filter already (`hold`); what is left to decide
+    /// Starts the write of `held`, the next event about its object. What is
+    /// left to decide
     /// (create, or patch the Event an earlier write stored) needs that
     /// object's earlier writes to have landed, which they have.
     fn start(&mut self, mut held: Held) {
@@ -524,38 +521,6 @@ mod tests {
         // (one write at a time would take 64).
         let last = written.iter().map(|(.., at)| *at - start_at).max();
         assert_eq!(last, Some(8 * write_takes));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_burst_about_one_object_is_spam_filtered_as_it_comes_off_the_queue() {
-        // A 500-worker job's creation Events, all about its TFJob, queued
-        // at once: the spam filter lets 25 through (its burst) and drops
-        // the rest as they are taken off the queue, long before the 25
-        // writes (100 ms each, one at a time for one object) are done.
-        let sink = Arc::new(MemorySink::slow(Duration::from_millis(100)));
-        let events = (0..600)
-            .map(|child| {
-                let mut e = event_about(
-                    "big",
-                    "SuccessfulCreatePod",
-                    &format!("Created pod: big-worker-{child}"),
-                );
-                e.involved.namespace = Some("live".to_owned());
-                e
-            })
-            .collect();
-        let (registry, _tx, _guard) = start(sink.clone(), events);
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        let text = crate::observability::metrics::encode(&registry);
-        assert!(
-            text.contains(r#"events_dropped_total{reason="spam_filtered"} 575"#),
-            "all 575 past the burst dropped within the first two writes: {text}"
-        );
-        tokio::time::sleep(Duration::from_secs(60)).await;
-        // The 25 admitted: nine as they are, then one combined Event
-        // ("(combined from similar events): …") created and patched.
-        let writes = sink.written.lock().unwrap().len() + sink.patched.lock().unwrap().len();
-        assert_eq!(writes, 25);
     }
 
     #[tokio::test(start_paused = true)]
