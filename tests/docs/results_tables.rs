@@ -221,7 +221,8 @@ pub fn restart_table(doc: &Value) -> Result<String, String> {
             opt(&r["first_reconcile_s"], 2),
             opt(&r["all_reconciled_s"], 2),
             count("requests"),
-            grouped(writes.iter().map(|(_, v)| *v as f64).sum(), 0),
+            // `+ 0.0`: an empty f64 sum is -0.0, which would print as "-0".
+            grouped(writes.iter().map(|(_, v)| *v as f64).sum::<f64>() + 0.0, 0),
             if by_verb.is_empty() {
                 "-".to_owned()
             } else {
