@@ -31,9 +31,9 @@ use crate::support::{client, cluster_dir, test_namespace, wait_until};
 /// going at its first-retry pace (hundreds a second).
 const MAX_LATE_REQUESTS_PER_SECOND: f64 = 20.0;
 
-/// Jobs in the 429 scenario, created back to back: the operator's 4 workers
-/// × 6 writes each put up to 24 requests in flight, several times the
-/// seats of the one-share priority level, so APF refuses some even where
+/// Jobs in the 429 scenario, all there when the operator starts: its 4
+/// workers' concurrent writes put dozens of requests in flight, many times
+/// the seats of the one-share priority level, so APF refuses some even where
 /// requests are quick (issue #29: 5 jobs sometimes met no 429 at all).
 const JOBS_UNDER_429: usize = 20;
 
@@ -166,12 +166,17 @@ async fn under_apf_429s_the_operator_backs_off_and_converges_after() {
     );
     apply_yaml(&apf);
     let kubeconfig = identity(user, apiserver_addr()).await;
-    let mark = audit::mark();
-    let mut op = Supervised::start(&ns, kubeconfig);
+    // The jobs are there before the operator starts, so its first pass
+    // meets all of them at once: its workers' concurrent creates are many
+    // times the level's seats, and APF must refuse some. (Created while it
+    // ran, they came one at a time, each quickly served, and one run in
+    // two of 2026-11-27 met no 429 at all.)
     let n = JOBS_UNDER_429;
     create_jobs(&client, &ns, n).await;
+    let mark = audit::mark();
     let fault = Instant::now();
     let fault_from = jiff::Timestamp::now();
+    let mut op = Supervised::start(&ns, kubeconfig);
     while fault.elapsed() < fault_duration() {
         op.keep_alive();
         tokio::time::sleep(Duration::from_millis(500)).await;
