@@ -338,20 +338,38 @@ mod tests {
         kube::Client::try_from(config).unwrap()
     }
 
-    #[tokio::test]
-    async fn publishing_to_a_full_queue_drops_and_counts_without_blocking() {
+    /// A recorder with a queue of `capacity`, the registry its drops are
+    /// counted in, and its writer, never run (kept, or the queue closes).
+    fn recorder_with_queue(
+        capacity: usize,
+    ) -> (
+        crate::observability::metrics::SharedRegistry,
+        EventRecorder,
+        EventBroadcaster,
+    ) {
         let registry = crate::observability::metrics::new_registry();
         let mut config = EventRecorderConfig::new("test");
-        config.queue_capacity = 1;
-        let (recorder, _broadcaster) = event_recorder(dummy_client(), config, &registry);
-        let pod = k8s_openapi::api::core::v1::Pod {
+        config.queue_capacity = capacity;
+        let (recorder, broadcaster) = event_recorder(dummy_client(), config, &registry);
+        (registry, recorder, broadcaster)
+    }
+
+    /// An object for events to be about.
+    fn object(name: &str) -> k8s_openapi::api::core::v1::Pod {
+        k8s_openapi::api::core::v1::Pod {
             metadata: ObjectMeta {
-                name: Some("p".into()),
+                name: Some(name.into()),
                 namespace: Some("ns".into()),
                 ..ObjectMeta::default()
             },
             ..Default::default()
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn publishing_to_a_full_queue_drops_and_counts_without_blocking() {
+        let (registry, recorder, _writer) = recorder_with_queue(1);
+        let pod = object("p");
         recorder.normal(&pod, "A", "first fits");
         recorder.normal(&pod, "A", "second is dropped");
         recorder.warning(&pod, "A", "third is dropped");
@@ -368,18 +386,8 @@ mod tests {
         // pass: 600 into a queue of 100. The filter lets its burst (25) in
         // and drops the rest before the queue, so none is lost to a full
         // queue and other objects' events still find room.
-        let registry = crate::observability::metrics::new_registry();
-        let mut config = EventRecorderConfig::new("test");
-        config.queue_capacity = 100;
-        let (recorder, _broadcaster) = event_recorder(dummy_client(), config, &registry);
-        let job = k8s_openapi::api::core::v1::Pod {
-            metadata: ObjectMeta {
-                name: Some("big".into()),
-                namespace: Some("ns".into()),
-                ..ObjectMeta::default()
-            },
-            ..Default::default()
-        };
+        let (registry, recorder, _writer) = recorder_with_queue(100);
+        let job = object("big");
         for child in 0..600 {
             recorder.normal(
                 &job,
@@ -387,9 +395,11 @@ mod tests {
                 format!("Created pod: big-worker-{child}"),
             );
         }
-        let mut other = job.clone();
-        other.metadata.name = Some("small".into());
-        recorder.normal(&other, "SuccessfulCreatePod", "Created pod: small-worker-0");
+        recorder.normal(
+            &object("small"),
+            "SuccessfulCreatePod",
+            "Created pod: small-worker-0",
+        );
         let text = crate::observability::metrics::encode(&registry);
         assert!(
             text.contains(r#"events_dropped_total{reason="spam_filtered"} 575"#),
@@ -402,18 +412,9 @@ mod tests {
     async fn the_default_queue_holds_the_events_of_applying_a_thousand_jobs_at_once() {
         // 1,000 jobs × (4 Pods + 4 Services + TFJobSucceeded), published
         // while the writer is behind (here: not running at all).
-        let registry = crate::observability::metrics::new_registry();
-        let (recorder, _broadcaster) =
-            event_recorder(dummy_client(), EventRecorderConfig::new("test"), &registry);
+        let (registry, recorder, _writer) = recorder_with_queue(DEFAULT_QUEUE_CAPACITY);
         for job in 0..1000 {
-            let tfjob = k8s_openapi::api::core::v1::Pod {
-                metadata: ObjectMeta {
-                    name: Some(format!("job-{job}")),
-                    namespace: Some("ns".into()),
-                    ..ObjectMeta::default()
-                },
-                ..Default::default()
-            };
+            let tfjob = object(&format!("job-{job}"));
             for child in 0..8 {
                 recorder.normal(&tfjob, "SuccessfulCreatePod", format!("Created: {child}"));
             }
