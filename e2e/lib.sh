@@ -141,6 +141,9 @@ start_component() {
   # shellcheck disable=SC2016 # $$, $0 and $@ belong to the inner shell
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$COMPONENTS_HOME/pids/$name.pid" "$@" \
     >>"$D/logs/$name.log" 2>&1 </dev/null &
+  # Our child (setsid does not fork here: a background job of a script is no
+  # process-group leader), so fail_start can `wait` for how it ended.
+  STARTED_PIDS[$name]=$!
   # The pid file is written by the child before it execs; wait for it.
   local _
   for _ in $(seq 50); do
@@ -169,10 +172,38 @@ stop_component() {
   rm -f "$COMPONENTS_HOME/pids/$name.pid"
 }
 
+declare -gA STARTED_PIDS=()
+
+# How a component that is not running (any more) ended: its exit status or the
+# signal that killed it, from `wait` when this shell started it; otherwise
+# what its pid file names. An empty log says nothing, this line still does.
+how_it_ended() {
+  local name="$1" pid="${STARTED_PIDS[$1]:-}" status
+  if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+    status=0
+    wait "$pid" 2>/dev/null || status=$?
+    if ((status > 128)); then
+      echo "pid $pid killed by SIG$(kill -l $((status - 128)) 2>/dev/null || echo $((status - 128)))"
+    else
+      echo "pid $pid exited with status $status"
+    fi
+    return
+  fi
+  pid=$(pid_of "$name")
+  if [[ -z "$pid" ]]; then
+    echo "no pid file"
+  elif [[ -r "/proc/$pid/cmdline" ]]; then
+    echo "pid $pid lives but its command line does not name $COMPONENTS_HOME: $(tr '\0' ' ' <"/proc/$pid/cmdline" | cut -c1-200)"
+  else
+    echo "pid $pid is gone"
+  fi
+}
+
 # Says why a component did not come up, with the end of its log, stops what
 # was started (the script's stop_after_failed_start) and exits.
 fail_start() {
   local name="$1" why="$2"
+  if [[ "$why" == "the process exited" ]]; then why+=" ($(how_it_ended "$name"))"; fi
   log "$name failed to start: $why"
   log "last lines of $D/logs/$name.log:"
   tail -n 30 "$D/logs/$name.log" >&2 || true
