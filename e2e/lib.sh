@@ -114,6 +114,16 @@ run_e2e_on_a_cluster() {
   cargo test --test e2e -- --ignored "$filter"
 }
 
+# Installs Debian packages with apt-get, from the machine's package registry:
+# the harness's few system tools (socat, the real node's runtime) that are
+# not built into the cache. Waits for another apt-get's lock rather than fail.
+apt_install() {
+  command -v apt-get >/dev/null || die "missing $* and no apt-get: install them (Debian package names)"
+  log "installing Debian packages: $*"
+  apt-get -o DPkg::Lock::Timeout=300 update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
 # ---------------------------------------------------------------- components
 # The processes a script starts and stops: e2e/cluster.sh (the control plane)
 # and e2e/real-node/node.sh (the real node). The script sets COMPONENTS_HOME

@@ -73,7 +73,8 @@ proxy_start() {
   local port target
   port=$(cat "$BASE/proxy.port")
   target=$(sed -n 's/^APISERVER_PORT=//p' "$WORKER/ports")
-  command -v socat >/dev/null || die "socat is needed (the manager reaches the worker through it)"
+  # The manager reaches the worker through socat (Debian's package).
+  command -v socat >/dev/null || apt_install socat
   # shellcheck disable=SC2016 # $$, $0 and $@ belong to the inner shell
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$PROXY_PID" \
     socat "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork" "TCP:127.0.0.1:$target" \

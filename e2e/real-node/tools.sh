@@ -98,10 +98,7 @@ install_debian_packages() {
   command -v umoci >/dev/null || missing+=(umoci)
   command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
   ((${#missing[@]} == 0)) && return
-  command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get: install them (Debian package names)"
-  log "installing Debian packages: ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt_install "${missing[@]}"
 }
 
 link_bin_dir() {
