@@ -12,7 +12,9 @@
 //! - `ours`: an `InformerFactory` Pod informer as the operator builds it
 //!   (protobuf, streaming list when the server offers it, `managedFields`
 //!   stripped); `ours-keep-mf` keeps `managedFields`; `ours-json` reads
-//!   JSON, as it must for custom resources such as TFJob;
+//!   JSON, as it must for custom resources such as TFJob; `ours-json-paged`
+//!   reads JSON in a paginated LIST (500 per page), with the streaming list
+//!   off, the way `client-go-json` does;
 //! - `kube-runtime`: `reflector(writer, watcher(api, Config::default()))`
 //!   (paginated list, 500 per page); `kube-runtime-strip` drops
 //!   `managedFields` in `.modify()` before the store;
@@ -54,10 +56,11 @@ mod stats;
 use stats::median;
 
 const NAMESPACE: &str = "bench-sync";
-const PEERS: [&str; 9] = [
+const PEERS: [&str; 10] = [
     "ours",
     "ours-keep-mf",
     "ours-json",
+    "ours-json-paged",
     "kube-runtime",
     "kube-runtime-strip",
     "client-go",
@@ -80,12 +83,25 @@ fn vm_hwm_kb() -> i64 {
         .unwrap_or(-1)
 }
 
-async fn sync_ours(strip: bool, json: bool) -> usize {
+/// How `ours-*` asks for the Pods.
+#[derive(Clone, Copy, PartialEq)]
+enum Wire {
+    /// Protobuf, streaming list: the operator's informer.
+    Protobuf,
+    /// JSON, streaming list.
+    Json,
+    /// JSON, paginated LIST.
+    JsonPaged,
+}
+
+async fn sync_ours(strip: bool, wire: Wire) -> usize {
     let client = kube::Client::try_default().await.expect("a kube client");
     let shutdown = CancellationToken::new();
-    let informer = if json {
+    let informer = if wire != Wire::Protobuf {
         let list_watch = ApiListWatch::new::<Pod>(client, None).json();
-        let informer = SharedInformer::<Pod>::new(Arc::new(list_watch), InformerConfig::default());
+        let mut config = InformerConfig::default();
+        config.reflector.streaming_list = wire == Wire::Json;
+        let informer = SharedInformer::<Pod>::new(Arc::new(list_watch), config);
         tokio::spawn(informer.clone().run(shutdown.clone()));
         informer.wait_for_sync().await;
         informer
@@ -142,9 +158,10 @@ fn child(peer: &str) {
         .expect("runtime");
     let objects = rt.block_on(async {
         match peer {
-            "ours" => sync_ours(true, false).await,
-            "ours-keep-mf" => sync_ours(false, false).await,
-            "ours-json" => sync_ours(true, true).await,
+            "ours" => sync_ours(true, Wire::Protobuf).await,
+            "ours-keep-mf" => sync_ours(false, Wire::Protobuf).await,
+            "ours-json" => sync_ours(true, Wire::Json).await,
+            "ours-json-paged" => sync_ours(true, Wire::JsonPaged).await,
             "kube-runtime" => sync_kube(false).await,
             "kube-runtime-strip" => sync_kube(true).await,
             other => panic!("unknown peer {other}"),
