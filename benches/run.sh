@@ -4,6 +4,8 @@
 # Usage: benches/run.sh   (or `make bench`). Env: BENCH_N, BENCH_REPS (workqueue);
 # BENCH_PODS, BENCH_REPS, BENCH_RATE, BENCH_SECONDS, BENCH_SKIP_CLUSTER,
 # BENCH_CLUSTER_DOWN (memory, sync, latency; see each bench's header).
+# BENCH_SUITES: which to run, comma-separated (default
+# workqueue,memory,sync,latency), e.g. BENCH_SUITES=sync to settle one figure.
 # BENCH_RECORD=<name>: after every bench passed, keep target/bench/{workqueue,
 # memory,sync,latency}.json with the commit, command, machine and date in
 # benches/results/<name>.json (benches/results/README.md).
@@ -20,20 +22,31 @@ BIN_DIR="$CACHE_DIR/bench-bin"
 mkdir -p "$BIN_DIR" target/bench
 # A recorded file holds only what this invocation measured.
 rm -f target/bench/{workqueue,memory,sync,latency}.json
+SUITES=",${BENCH_SUITES:-workqueue,memory,sync,latency},"
+for suite in ${SUITES//,/ }; do
+  case "$suite" in
+    workqueue | memory | sync | latency) ;;
+    *) echo "BENCH_SUITES: unknown benchmark '$suite' (one of workqueue, memory, sync, latency)" >&2; exit 2 ;;
+  esac
+done
+runs() { [[ "$SUITES" == *",$1,"* ]]; }
 
-echo "==> building the client-go workqueue peer"
-(cd benches/go-workqueue && go build -o "$BIN_DIR/go-workqueue" .)
+if runs workqueue; then
+  echo "==> building the client-go workqueue peer"
+  (cd benches/go-workqueue && go build -o "$BIN_DIR/go-workqueue" .)
+  echo "==> workqueue: ours vs client-go"
+  GO_WORKQUEUE_BIN="$BIN_DIR/go-workqueue" cargo bench --quiet --bench workqueue
+fi
 
-echo "==> workqueue: ours vs client-go"
-GO_WORKQUEUE_BIN="$BIN_DIR/go-workqueue" cargo bench --quiet --bench workqueue
-
-echo "==> memory per cached Pod: ours vs kube-runtime (no cluster)"
-cargo bench --quiet --bench memory
+if runs memory; then
+  echo "==> memory per cached Pod: ours vs kube-runtime (no cluster)"
+  cargo bench --quiet --bench memory
+fi
 
 # Benchmarks 3 and 4 need an API server: a private local control plane of
 # their own (never a developer's .cluster), left running for the next run
 # unless BENCH_CLUSTER_DOWN=1. BENCH_SKIP_CLUSTER=1 skips both.
-if [[ -z "${BENCH_SKIP_CLUSTER:-}" ]]; then
+if [[ -z "${BENCH_SKIP_CLUSTER:-}" ]] && { runs sync || runs latency; }; then
   echo "==> building the client-go informer peer"
   (cd benches/go-informer && go build -o "$BIN_DIR/go-informer" .)
   export TFJOB_CLUSTER_DIR="$CACHE_DIR/bench-cluster"
@@ -41,11 +54,14 @@ if [[ -z "${BENCH_SKIP_CLUSTER:-}" ]]; then
   bash e2e/cluster.sh up
   export KUBECONFIG="$TFJOB_CLUSTER_DIR/kubeconfig"
 
-  echo "==> initial sync of ${BENCH_PODS:-10000} Pods: ours vs kube-runtime vs client-go"
-  GO_INFORMER_BIN="$BIN_DIR/go-informer" cargo bench --quiet --bench sync
-
-  echo "==> event-to-reconcile latency at ${BENCH_RATE:-200} events/s"
-  cargo bench --quiet --bench latency
+  if runs sync; then
+    echo "==> initial sync of ${BENCH_PODS:-10000} Pods: ours vs kube-runtime vs client-go"
+    GO_INFORMER_BIN="$BIN_DIR/go-informer" cargo bench --quiet --bench sync
+  fi
+  if runs latency; then
+    echo "==> event-to-reconcile latency at ${BENCH_RATE:-200} events/s"
+    cargo bench --quiet --bench latency
+  fi
 
   if [[ -n "${BENCH_CLUSTER_DOWN:-}" ]]; then bash e2e/cluster.sh down; fi
 fi
