@@ -62,8 +62,8 @@ mod stop;
 mod tally;
 use dispatched::dispatched;
 use pod_group::{plan_pod_group, runs_outside_its_gang};
-use stop::{kueue_gates, suspend};
-use tally::{Tally, phase, terminating};
+use stop::{KueueSays, kueue_gates, suspend};
+use tally::{Tally, phase, remember_succeeded, terminating};
 
 /// Exit codes at or above this mean the process was killed by a signal
 /// (137 = SIGKILL, 143 = SIGTERM): retryable under `ExitCode`.
@@ -323,22 +323,18 @@ fn plan_into(
         finish(p, &spec, &children, obs.now, stop, true);
         return;
     }
+    remember_succeeded(&spec, &children, books);
     if spec.suspend {
         suspend(p, name, &children, &now);
-        if let Some(group) = obs.pod_group
-            && let Some(uid) = job.metadata.uid.as_deref()
-            && gang::is_ours_and_live(group, uid)
-        {
-            p.actions.push(Action::DeletePodGroup {
-                name: group.metadata.name.clone().unwrap_or_default(),
-                uid: group.metadata.uid.clone(),
-            });
-        }
+        give_up_pod_group(p, obs);
         return;
     }
-    if let Some(seen) = &obs.kueue
-        && !kueue_gates(p, job, &spec, &owner, seen, &children, &now)
-    {
+    let kueue = match &obs.kueue {
+        Some(seen) => kueue_gates(p, job, &spec, &owner, seen, &children, &now),
+        None => KueueSays::Run,
+    };
+    if kueue == KueueSays::Stopped {
+        give_up_pod_group(p, obs);
         return;
     }
     if is_true(&p.status, condition::SUSPENDED) {
@@ -450,7 +446,8 @@ fn plan_into(
 
     // Converge children toward the spec: the gang's group first.
     let in_gang = cfg.gang.wants(job) && !runs_outside_its_gang(p, books, obs);
-    let may_create_pods = !in_gang || plan_pod_group(p, obs, &spec, &owner, name);
+    let may_create_pods =
+        kueue == KueueSays::Run && (!in_gang || plan_pod_group(p, obs, &spec, &owner, name));
     for &(rtype, index) in tally.missing_pods.iter().filter(|_| may_create_pods) {
         if ctx.can_build_pod(rtype) {
             let name = replica_name(name, rtype, index);
@@ -477,6 +474,22 @@ fn plan_into(
         if !in_spec(&spec, rtype, index) {
             p.actions.push(Action::DeleteService { name: name.clone() });
         }
+    }
+}
+
+/// Every stop (the user's suspend, Kueue holding or evicting the job)
+/// leaves no live PodGroup of the job's: the gang that runs again must be
+/// placed whole by a fresh group, not joined to one the scheduler already
+/// counted as placed (it would bind the new Pods one by one).
+fn give_up_pod_group(p: &mut Plan, obs: &Observed<'_>) {
+    if let Some(group) = obs.pod_group
+        && let Some(uid) = obs.job.metadata.uid.as_deref()
+        && gang::is_ours_and_live(group, uid)
+    {
+        p.actions.push(Action::DeletePodGroup {
+            name: group.metadata.name.clone().unwrap_or_default(),
+            uid: group.metadata.uid.clone(),
+        });
     }
 }
 
@@ -689,10 +702,15 @@ fn explain_unscheduled(p: &mut Plan, t: &Tally, name: &str, unplaced: Option<&Un
 /// remembered, so a stop that failed is retried on every pass until the
 /// Pods are gone, and `active` shows how many still run meanwhile.
 ///
-/// `finished_before`: the job was already finished when this pass began.
-/// Only then may the TTL delete it: a job that finishes in this pass must
-/// first have that written (and counted in the job metrics), so with
-/// `ttlSecondsAfterFinished: 0` it is deleted on the next pass, at once.
+/// `finished_before`: the job was already finished when this pass began
+/// (its stored status says so: a finishing status is never deferred).
+/// Only then are its Pods cleaned up and may the TTL delete it. A job that
+/// finishes in this pass must first have that written, as Kubeflow does:
+/// were its Pods deleted first and the status write refused (a conflict, a
+/// policy, a crash, a lapsed lease), the next pass would see the Pods gone,
+/// the job unfinished, and run the training again. So the finishing pass
+/// writes the status, and its watch event brings the pass that cleans up
+/// (with `ttlSecondsAfterFinished: 0` the job is deleted on that pass).
 fn finish(
     p: &mut Plan,
     spec: &JobSpec,
@@ -715,7 +733,7 @@ fn finish(
                 CleanPodPolicy::Running => unfinished,
                 CleanPodPolicy::None | CleanPodPolicy::Invalid => false,
             };
-            if delete {
+            if delete && finished_before {
                 p.actions.push(delete_pod(pod));
                 if let Some(svc) = children.services.get(slot) {
                     p.actions.push(Action::DeleteService { name: svc.clone() });

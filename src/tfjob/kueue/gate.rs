@@ -14,8 +14,11 @@
 //! | not admitted, queue label changed | held | `spec.queueName` updated |
 //! | not admitted | held (`Suspended`, reason `TFJobQueued`) | - |
 //! | admitted | runs; Pods get the flavors' node labels and tolerations | `PodsReady`, `reclaimablePods` |
+//! | admitted, podSets changed (scaled, edited) | stopped, queued again (`TFJobQueued`) | deleted once no Pod is left (then created again) |
+//! | admitted, a flavor not in the cache | what runs runs on; no Pod created | - |
 //! | evicted, quota still reserved | stopped (`Suspended`, reason `TFJobEvicted`) | quota given back once no Pod is left |
-//! | job finished | - | `Finished`, then finalizer removed |
+//! | job suspended by the user | stopped (`Suspended`, reason `TFJobSuspended`) | `spec.active: false` (Kueue evicts it), true on resume |
+//! | job finished (its status stored) | - | `Finished`, then finalizer removed |
 //!
 //! **Never fighting Kueue's built-in integration**: a Workload controlled
 //! by the job that this operator did not create (no
@@ -95,6 +98,14 @@ impl PodPlacement {
 /// yet looks again (flavor events do not wake jobs).
 const FLAVOR_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// On a Workload this operator deactivated because its job was suspended
+/// by the user ([`WorkloadWrite::SetActive`]).
+pub const ANNOTATION_DEACTIVATED: &str = "tfjob-operator.kubeflow.org/deactivated-while-suspended";
+
+/// How soon a job waiting for its prebuilt Workload looks again: the
+/// Workload has no owner until the job adopts it, so its creation wakes no job.
+const PREBUILT_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What the job may do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Gate {
@@ -111,6 +122,16 @@ pub enum Gate {
     },
     /// Evicted: stop every Pod (Kueue's message).
     Stop(String),
+    /// Admitted and running, but a ResourceFlavor of its admission is not
+    /// in the cache (deleted, edited, or not seen yet): what runs keeps
+    /// running (Kueue reads flavors when it starts a job, never to stop
+    /// one), and no Pod is created until the flavor is known.
+    Keep(String),
+    /// Admitted, but the job no longer matches what was admitted (scaled,
+    /// a template edited): stop every Pod and queue it again with a new
+    /// Workload, as Kueue's reconciler does for a job without a matching
+    /// Workload (`ensureOneWorkload`, "No matching Workload").
+    Requeue(String),
 }
 
 /// A write to the job's Workload.
@@ -138,6 +159,11 @@ pub enum WorkloadWrite {
     },
     /// The job moved to another LocalQueue before admission.
     SetQueueName { name: String, queue: String },
+    /// `spec.active`: false while the user suspends the job (Kueue then
+    /// evicts it and its quota goes back; a pending one is not admitted),
+    /// true again when the user resumes it. [`ANNOTATION_DEACTIVATED`] marks
+    /// a Workload we deactivated, so one deactivated by someone else stays so.
+    SetActive { name: String, active: bool },
     /// A server-side apply of its status ([`super::status`]) as
     /// `manager`; `finished` when it declares the Workload finished (for
     /// the `FinishedWorkload` event).
@@ -210,12 +236,17 @@ fn prebuilt(job: &TFJob, owner: &OwnerReference, seen: &Seen<'_>, name: &str) ->
         .iter()
         .find(|w| w.metadata.name.as_deref() == Some(prebuilt));
     let Some(w) = found else {
-        return Some(hold(
-            format!(
-                "TFJob {name} waits for its prebuilt Workload {prebuilt} (MultiKueue creates it)."
-            ),
-            Vec::new(),
-        ));
+        // Nothing wakes the job when the Workload comes: it has no owner
+        // yet, so its event maps to no job. Look again.
+        return Some(Decision {
+            recheck: Some(PREBUILT_RECHECK),
+            ..hold(
+                format!(
+                    "TFJob {name} waits for its prebuilt Workload {prebuilt} (MultiKueue creates it)."
+                ),
+                Vec::new(),
+            )
+        });
     };
     if workload::controlled_by(w, &owner.uid) {
         return None;
@@ -231,8 +262,16 @@ fn prebuilt(job: &TFJob, owner: &OwnerReference, seen: &Seen<'_>, name: &str) ->
 }
 
 /// Decides, before the job runs, whether it may. `job` is neither finished
-/// nor suspended by its own spec (the plan handles those first).
-pub fn gate(job: &TFJob, spec: &JobSpec<'_>, owner: &OwnerReference, seen: &Seen<'_>) -> Decision {
+/// nor suspended by its own spec (the plan handles those first);
+/// `pods_left` says whether any Pod of the job still exists (terminating
+/// ones included).
+pub fn gate(
+    job: &TFJob,
+    spec: &JobSpec<'_>,
+    owner: &OwnerReference,
+    seen: &Seen<'_>,
+    pods_left: bool,
+) -> Decision {
     let name = job.metadata.name.as_deref().unwrap_or_default();
     let is_prebuilt = workload::prebuilt_name(job).is_some();
     // MultiKueue copies the job with its labels; without the queue label a
@@ -301,8 +340,29 @@ pub fn gate(job: &TFJob, spec: &JobSpec<'_>, owner: &OwnerReference, seen: &Seen
     }
     // A prebuilt Workload is MultiKueue's copy of the manager's: its
     // podSets and queue are not ours to compare.
+    let hash = workload::pod_sets_hash(&workload::pod_sets(spec));
+    if w.has_quota_reservation() && !is_prebuilt && !workload::matches(w, &hash) {
+        // Scaled or edited after admission: the quota reserved is for the
+        // old shape. Its Pods stop first; the Workload (and its quota) goes
+        // once none is left, and the job queues again with a new one.
+        let writes = if pods_left {
+            Vec::new()
+        } else {
+            vec![WorkloadWrite::Delete {
+                name: wl_name.clone(),
+                uid: w.metadata.uid.clone(),
+            }]
+        };
+        return Decision {
+            gate: Gate::Requeue(format!(
+                "TFJob {name} is stopped: its replicas changed after its Workload {wl_name} was \
+                 admitted, so it queues again in LocalQueue {queue} with a new Workload."
+            )),
+            writes,
+            recheck: None,
+        };
+    }
     if !w.has_quota_reservation() && !is_prebuilt {
-        let hash = workload::pod_sets_hash(&workload::pod_sets(spec));
         if !workload::matches(w, &hash) {
             return hold(
                 format!(
@@ -345,6 +405,13 @@ pub fn gate(job: &TFJob, spec: &JobSpec<'_>, owner: &OwnerReference, seen: &Seen
             },
             writes: Vec::new(),
             recheck: None,
+        },
+        Err(flavor) if pods_left => Decision {
+            gate: Gate::Keep(format!(
+                "TFJob {name} runs on, but creates no Pod until its ResourceFlavor {flavor} is known."
+            )),
+            writes: Vec::new(),
+            recheck: Some(FLAVOR_RECHECK),
         },
         Err(flavor) => Decision {
             recheck: Some(FLAVOR_RECHECK),
@@ -427,11 +494,24 @@ pub fn after(
         return Vec::new();
     };
     if w.metadata.deletion_timestamp.is_some() {
-        return Vec::new();
+        // The gate releases it when it runs; while the user suspends the
+        // job it does not, and Kueue counts the quota of a Workload until
+        // its finalizer goes.
+        let suspended = job.spec.run_policy.suspend == Some(true);
+        return release_finalizer(w)
+            .filter(|_| suspended)
+            .into_iter()
+            .collect();
     }
     let name = w.metadata.name.clone().unwrap_or_default();
     let outcome = finished(status);
     if let Some((succeeded, message)) = outcome {
+        // The Workload follows the job's own finish once that is stored:
+        // were it `Finished` first and the job's status write refused, the
+        // job would be held forever with an unfinished status.
+        if job.status.as_ref().and_then(finished).is_none() {
+            return Vec::new();
+        }
         if !w.is_finished() {
             return vec![WorkloadWrite::ApplyStatus {
                 name,
@@ -444,6 +524,9 @@ pub fn after(
     }
     if w.is_finished() {
         return release_finalizer(w).into_iter().collect();
+    }
+    if let Some(write) = follow_the_users_suspend(job, w) {
+        return vec![write];
     }
     if w.evicted().is_some() && w.has_quota_reservation() {
         if pods_left {
@@ -459,7 +542,9 @@ pub fn after(
             .into_iter()
             .collect();
     }
-    if !w.is_admitted() {
+    // Not admitted, or stopped by the plan (suspended, held or requeued):
+    // no `PodsReady` to report.
+    if !w.is_admitted() || is_stopped(status) {
         return Vec::new();
     }
     let ready = pods_ready(w, all_pods_ready(w, status), now);
@@ -473,6 +558,36 @@ pub fn after(
         })
         .into_iter()
         .collect()
+}
+
+/// A job the user suspends must not hold its quota, nor be admitted while
+/// suspended: its Workload is deactivated (`spec.active: false`, Kueue's
+/// own way to stop a Workload: it evicts it, and the quota goes back once
+/// the Pods are gone, as after any eviction) and activated again on resume.
+fn follow_the_users_suspend(job: &TFJob, w: &Workload) -> Option<WorkloadWrite> {
+    let suspended = job.spec.run_policy.suspend == Some(true);
+    let active = w.spec.active != Some(false);
+    let ours = w
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(ANNOTATION_DEACTIVATED));
+    let name = w.metadata.name.clone().unwrap_or_default();
+    match (suspended, active) {
+        (true, true) => Some(WorkloadWrite::SetActive {
+            name,
+            active: false,
+        }),
+        (false, false) if ours => Some(WorkloadWrite::SetActive { name, active: true }),
+        _ => None,
+    }
+}
+
+fn is_stopped(status: &TFJobStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == crate::api::constants::condition::SUSPENDED && c.status == "True")
 }
 
 /// `Some((succeeded, message))` once the job has Succeeded or Failed.

@@ -130,6 +130,7 @@ fn decide(job: &TFJob, workloads: &[Arc<Workload>]) -> gate::Decision {
             workloads,
             flavors: &flavors,
         },
+        false,
     )
 }
 
@@ -668,7 +669,7 @@ fn a_running_job_reports_pods_ready_once_every_pod_runs_and_reclaims_finished_ty
 }
 
 #[test]
-fn a_finished_job_finishes_its_workload_then_releases_the_finalizer() {
+fn a_finished_job_finishes_its_workload_once_its_status_is_stored_then_releases_the_finalizer() {
     let job = job(1);
     let mut status = TFJobStatus::default();
     crate::tfjob::conditions::set(
@@ -685,6 +686,11 @@ fn a_finished_job_finishes_its_workload_then_releases_the_finalizer() {
         workloads: std::slice::from_ref(&w),
         flavors: &flavors,
     };
+    // Planned but not stored yet (the write may be refused): the Workload
+    // waits for the job's own status.
+    assert!(gate::after(&job, &status, false, &seen, now()).is_empty());
+    let mut job = job;
+    job.status = Some(status.clone());
     let writes = gate::after(&job, &status, false, &seen, now());
     let [
         WorkloadWrite::ApplyStatus {
@@ -928,3 +934,7 @@ fn a_workers_copy_still_marked_for_multikueue_is_explained_not_run() {
         warning.message
     );
 }
+
+/// Where Kueue meets the job's lifecycle (issue #38): an eviction, a
+/// scale, the user's suspend, a flavor edit, a late prebuilt Workload.
+mod crossings;

@@ -60,7 +60,7 @@ pub(super) fn dispatched(obs: &Observed<'_>, managed_by: Option<&str>) -> Plan {
     if let (Ok(spec), Some(owner)) = (normalize(name, &job.spec), owner_reference(job))
         && !is_finished(&p.status)
     {
-        let decision = kueue_gate::gate(job, &spec, &owner, seen);
+        let decision = kueue_gate::gate(job, &spec, &owner, seen, !obs.pods.is_empty());
         p.actions
             .extend(decision.writes.into_iter().map(Action::Workload));
     }

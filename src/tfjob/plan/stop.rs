@@ -13,6 +13,17 @@ use crate::tfjob::messages;
 use super::tally::terminating;
 use super::{Action, Children, Plan, delete_pod};
 
+/// What the rest of the pass may do after Kueue's word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum KueueSays {
+    /// Run: the pass goes on as without Kueue.
+    Run,
+    /// Run what runs, but create no Pod ([`Gate::Keep`]).
+    RunWithoutCreating,
+    /// Stopped: the pass ends here.
+    Stopped,
+}
+
 /// Kueue's word on a queued job ([`super::kueue::gate`]): its Workload
 /// writes, and whether the job may run. Held or evicted, it is stopped like
 /// a suspended one (condition `Suspended`, reason `TFJobQueued` or
@@ -26,23 +37,33 @@ pub(super) fn kueue_gates(
     seen: &Seen<'_>,
     children: &Children<'_>,
     now: &Time,
-) -> bool {
-    let decision = kueue_gate::gate(job, spec, owner, seen);
+) -> KueueSays {
+    let pods_left = !children.pods.is_empty();
+    let decision = kueue_gate::gate(job, spec, owner, seen, pods_left);
     p.actions
         .extend(decision.writes.into_iter().map(Action::Workload));
     if let Some(d) = decision.recheck {
         p.requeue_in(d);
     }
     match decision.gate {
-        Gate::Free => true,
+        Gate::Free => KueueSays::Run,
         Gate::Hold(msg) => {
             suspend_with(p, children, now, reason::QUEUED, msg, None);
-            false
+            KueueSays::Stopped
         }
         Gate::Stop(msg) => {
             let event = Some(event::KUEUE_STOPPED);
             suspend_with(p, children, now, reason::EVICTED, msg, event);
-            false
+            KueueSays::Stopped
+        }
+        Gate::Requeue(msg) => {
+            let event = Some(event::KUEUE_STOPPED);
+            suspend_with(p, children, now, reason::QUEUED, msg, event);
+            KueueSays::Stopped
+        }
+        Gate::Keep(msg) => {
+            tracing::debug!("{msg}");
+            KueueSays::RunWithoutCreating
         }
         Gate::Run {
             placements,
@@ -53,7 +74,7 @@ pub(super) fn kueue_gates(
                 p.event(false, event::KUEUE_STARTED, msg);
             }
             p.placements = placements;
-            true
+            KueueSays::Run
         }
     }
 }

@@ -195,3 +195,26 @@ impl Tally {
         t
     }
 }
+
+/// Remembers the indexes whose Pod succeeded before a pass that may stop
+/// the job (the user's suspend, Kueue holding or evicting it) deletes the
+/// Pods: a succeeded index is never run again, and once its Pod is gone
+/// only the bookkeeping (written before any delete) still knows it.
+pub(super) fn remember_succeeded(spec: &JobSpec, children: &Children<'_>, books: &mut Bookkeeping) {
+    for (&rtype, replica) in &spec.replicas {
+        let mut set = books.succeeded(rtype.as_str());
+        let before = set.len();
+        for index in 0..replica.replicas {
+            let succeeded = children.pods.get(&(rtype, index)).is_some_and(|pods| {
+                pods.iter()
+                    .any(|p| !terminating(p) && phase(p) == "Succeeded")
+            });
+            if succeeded {
+                set.insert(index);
+            }
+        }
+        if set.len() != before {
+            books.set_succeeded(rtype.as_str(), &set);
+        }
+    }
+}

@@ -136,7 +136,12 @@ fn exit_code_restarts_count_against_the_backoff_limit() {
     assert_eq!(last_condition(&p), ("Failed", "True", "TFJobFailed"));
     let msg = p.status.conditions.last().unwrap().message.clone().unwrap();
     assert!(msg.contains("backoff limit"), "{msg}");
-    // The running worker is stopped; nothing is re-created.
+    // The failure is stored first; the pass after it stops the running
+    // worker, and nothing is re-created.
+    assert!(deleted_pods(&p).is_empty());
+    assert!(created_pods(&p).is_empty());
+    let (w, _) = with_restarts(2).settle();
+    let p = w.plan();
     assert_eq!(deleted_pods(&p), ["j-worker-0"]);
     assert!(created_pods(&p).is_empty());
 }

@@ -185,6 +185,25 @@ impl TfJobReconciler {
                     );
                 })
             }
+            WorkloadWrite::SetActive { name, active } => {
+                let marker = (!active).then_some("true");
+                let patch = serde_json::json!({
+                    "metadata": { "annotations": { gate::ANNOTATION_DEACTIVATED: marker } },
+                    "spec": { "active": active },
+                });
+                let sent = api
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .instrument(write_span("patch", "workload", name))
+                    .await;
+                let what = if *active { "Activated" } else { "Deactivated" };
+                settle(sent, "patch", name, GONE, || {
+                    self.recorder.normal(
+                        job,
+                        event::KUEUE_UPDATED_WORKLOAD,
+                        format!("{what} Workload {namespace}/{name}: the job's spec.runPolicy.suspend is {}", !active),
+                    );
+                })
+            }
             WorkloadWrite::ApplyStatus {
                 name,
                 manager,
