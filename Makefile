@@ -93,8 +93,12 @@ e2e: cluster-tools chromium ## The end-to-end suite on a freshly started local c
 # `make test` runs a bounded subset of it after the e2e tests.
 FAULT_SEED ?= 20
 FAULT_ROUNDS ?= 20
+# The lifecycle model (src/tfjob/lifecycle_model.rs): `make test` runs 300
+# seeded histories (cargo test --lib); the fault suite a deeper run first.
+MODEL_CASES ?= 20000
 .PHONY: test-faults
-test-faults: cluster-tools ## The fault suite in full on a fresh local cluster (FAULT_SEED, FAULT_ROUNDS, FAULT_FILTER=<test name filter>; FAULT_RECORD=<name> keeps the figures in benches/results/)
+test-faults: cluster-tools ## The lifecycle model deeper (MODEL_CASES histories), then the fault suite in full on a fresh local cluster (FAULT_SEED, FAULT_ROUNDS, FAULT_FILTER=<test name filter>; FAULT_RECORD=<name> keeps the figures in benches/results/)
+	TFJOB_MODEL_CASES=$(MODEL_CASES) TFJOB_MODEL_SEED=$(FAULT_SEED) cargo test --lib lifecycle_model
 	FAULTS_ONLY=1 FAULT_FULL=1 FAULT_SEED=$(FAULT_SEED) FAULT_ROUNDS=$(FAULT_ROUNDS) bash e2e/run-suite.sh
 
 .PHONY: test-ui

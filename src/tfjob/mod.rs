@@ -16,6 +16,8 @@ pub mod index_set;
 #[cfg(test)]
 mod kubeflow_module;
 pub mod kueue;
+#[cfg(test)]
+mod lifecycle_model;
 pub mod lost_node;
 pub mod managed_by;
 pub mod messages;

@@ -226,3 +226,21 @@ fn a_job_being_deleted_plans_nothing() {
     let p = w.plan();
     assert!(!p.manage && p.actions.is_empty());
 }
+
+/// Found by the lifecycle model (issue #38): a Worker index that succeeded
+/// and is first seen by the pass that suspends the job (its Pod deleted by
+/// that pass) is remembered, and not run again on resume.
+#[test]
+fn an_index_that_succeeded_before_a_suspend_is_not_run_again_on_resume() {
+    let w = World::new(TfJobFixture::new("j").chief(1).workers(2).suspend(true))
+        .running(Chief, 0)
+        .running(Worker, 0)
+        .pod(Worker, 1, "Succeeded", Some(0))
+        .with_services();
+    let (mut w, suspending) = w.settle();
+    assert!(deleted_pods(&suspending).contains(&"j-worker-1".to_owned()));
+    w.pods.clear();
+    w.job.spec.run_policy.suspend = Some(false);
+    let resumed = w.plan();
+    assert_eq!(created_pods(&resumed), ["j-chief-0", "j-worker-0"]);
+}

@@ -1,0 +1,269 @@
+//! One reconcile pass in the model: the real planner on the operator's
+//! cache, then its writes in the order `reconcile.rs` sends them —
+//! bookkeeping, the PodGroup's, the Workload's, the rest, the status — each
+//! refused, conflicting or cut short by a crash as the event says.
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::api::constants::condition;
+use crate::api::defaults::normalize;
+use crate::tfjob::bookkeeping::ANNOTATION as BOOKKEEPING;
+use crate::tfjob::cached::{CachedPod, CachedService};
+use crate::tfjob::children::{ChildContext, owner_reference, replica_of};
+use crate::tfjob::conditions::{is_finished, is_true};
+use crate::tfjob::gang::ANNOTATION_POD_GROUP;
+use crate::tfjob::kueue::gate::Seen;
+use crate::tfjob::plan::{Action, Observed, Plan, PlanConfig, plan};
+
+use super::cluster::{PassFacts, World, bump, pending};
+
+/// The order the reconcile sends a plan's actions in: the PodGroup's
+/// writes, then the Workload's, then the rest.
+fn in_sending_order(plan: &Plan) -> Vec<&Action> {
+    let group = |a: &&Action| {
+        matches!(
+            a,
+            Action::CreatePodGroup(_)
+                | Action::SetPodGroupMinCount { .. }
+                | Action::DeletePodGroup { .. }
+        )
+    };
+    let workload = |a: &&Action| matches!(a, Action::Workload(_));
+    let mut out: Vec<&Action> = plan.actions.iter().filter(group).collect();
+    out.extend(plan.actions.iter().filter(workload));
+    out.extend(plan.actions.iter().filter(|a| !group(a) && !workload(a)));
+    out
+}
+
+pub(super) fn pass(world: &mut World, crash_at: Option<usize>, refuse_status: bool) {
+    let cache = world.cache.clone();
+    let pods: Vec<Arc<CachedPod>> = cache
+        .pods
+        .values()
+        .map(|p| Arc::new(CachedPod::from(p.clone())))
+        .collect();
+    let services: Vec<Arc<CachedService>> = cache
+        .services
+        .values()
+        .map(|s| Arc::new(CachedService::from(s.clone())))
+        .collect();
+    let workloads: Vec<Arc<crate::tfjob::kueue::api::Workload>> =
+        cache.workload.iter().cloned().map(Arc::new).collect();
+    let flavors = if cache.flavor_known {
+        super::kueue::flavors()
+    } else {
+        BTreeMap::new()
+    };
+    let plan = plan(
+        &Observed {
+            job: &cache.job,
+            pods: &pods,
+            services: &services,
+            pod_group: cache.group.as_ref(),
+            kueue: world.kueue.then_some(Seen {
+                workloads: &workloads,
+                flavors: &flavors,
+            }),
+            now: world.now(),
+        },
+        &PlanConfig {
+            gang: world.gang,
+            ..PlanConfig::default()
+        },
+    );
+    world.saw_pods();
+    let finished = is_finished(&plan.status);
+    let stopped = is_true(&plan.status, condition::SUSPENDED);
+    world.facts.decided_finished |= finished;
+    if !plan.manage {
+        return;
+    }
+    let mut position = 0;
+    let mut alive = || {
+        let ok = crash_at.is_none_or(|c| position < c);
+        position += 1;
+        ok
+    };
+    if let Some(books) = &plan.bookkeeping {
+        if !alive() {
+            return crash(world);
+        }
+        if !write_job(world, |job| {
+            job.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(BOOKKEEPING.into(), books.to_annotation());
+        }) {
+            return;
+        }
+    }
+    let mut group_ready = true;
+    for action in in_sending_order(&plan) {
+        if !alive() {
+            return crash(world);
+        }
+        if matches!(action, Action::CreatePod { .. }) && !group_ready {
+            continue;
+        }
+        if !apply(world, &cache.job, &plan, action, finished || stopped) {
+            group_ready &= !matches!(action, Action::CreatePodGroup(_));
+        }
+    }
+    if !alive() {
+        return crash(world);
+    }
+    if !refuse_status {
+        let status = plan.status.clone();
+        write_job(world, |job| job.status = Some(status));
+    }
+    world.facts.last_pass = Some(PassFacts {
+        stopped,
+        saw_user_suspend: cache.job.spec.run_policy.suspend == Some(true),
+        saw_not_admitted: world.kueue && !finished && !admitted(&cache),
+        finished,
+    });
+}
+
+/// The process died: what it had in memory is gone, its caches relist.
+fn crash(world: &mut World) {
+    world.cache = world.server.clone();
+}
+
+/// Whether the cache shows the job's Workload admitted and not evicted.
+fn admitted(cache: &super::cluster::Cluster) -> bool {
+    cache
+        .workload
+        .as_ref()
+        .is_some_and(|w| w.is_admitted() && w.evicted().is_none())
+}
+
+/// An update of the job (its status or its bookkeeping annotation) from the
+/// cached copy: refused with a conflict when the server's is newer.
+fn write_job(world: &mut World, f: impl FnOnce(&mut crate::api::types::TFJob)) -> bool {
+    if world.cache.job.metadata.resource_version != world.server.job.metadata.resource_version {
+        return false;
+    }
+    f(&mut world.server.job);
+    bump(&mut world.server.job);
+    if world.server.job.status.as_ref().is_some_and(is_finished) {
+        world.facts.stored_finished = true;
+    }
+    world.cache.job = world.server.job.clone();
+    true
+}
+
+/// Sends one action; false when the server refused it. `ending`: the
+/// pass finishes or stops the job (its deletes are no restarts).
+fn apply(
+    world: &mut World,
+    job: &crate::api::types::TFJob,
+    plan: &Plan,
+    action: &Action,
+    ending: bool,
+) -> bool {
+    match action {
+        Action::CreatePod { rtype, index, name } => {
+            if world.server.pods.contains_key(name) {
+                world.facts.duplicate_creates.push(name.clone());
+                return false;
+            }
+            let Ok(spec) = normalize("j", &job.spec) else {
+                return false;
+            };
+            let Some(owner) = owner_reference(job) else {
+                return false;
+            };
+            let ctx = ChildContext::new("j", "default", &spec, &owner, None);
+            let Some(mut pod) = ctx.pod(*rtype, *index) else {
+                return false;
+            };
+            if let Some(placement) = plan.placements.get(rtype) {
+                placement.apply(&mut pod);
+            }
+            if let Some(group) = &plan.pod_group {
+                pod.metadata
+                    .annotations
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(ANNOTATION_POD_GROUP.into(), group.clone());
+            }
+            if world.facts.decided_finished {
+                world.facts.created_after_finish.push(name.clone());
+            }
+            if world.facts.succeeded_slots.contains(&(*rtype, *index)) {
+                world.facts.created_for_succeeded.push(name.clone());
+            }
+            let uid = world.uid("pod");
+            let pod = pending(pod, uid);
+            world.server.pods.insert(name.clone(), pod.clone());
+            world.cache.pods.insert(name.clone(), pod);
+            true
+        }
+        Action::DeletePod { name, uid, .. } => {
+            let current = world
+                .server
+                .pods
+                .get(name)
+                .and_then(|p| p.metadata.uid.clone());
+            if current.is_none() || (uid.is_some() && current != *uid) {
+                return false;
+            }
+            let retryable_failure = world.server.pods.get(name).is_some_and(|p| {
+                let s = p.status.as_ref();
+                s.and_then(|s| s.phase.as_deref()) == Some("Failed")
+                    && s.and_then(|s| s.container_statuses.as_ref())
+                        .and_then(|c| c.first())
+                        .and_then(|c| c.state.as_ref())
+                        .and_then(|st| st.terminated.as_ref())
+                        .is_some_and(|t| t.exit_code >= 128)
+            });
+            if retryable_failure && !ending {
+                world.facts.restart_deletes += 1;
+            }
+            world.server.pods.remove(name);
+            world.cache.pods.remove(name);
+            world.settle_group();
+            true
+        }
+        Action::CreateService(svc) => {
+            let Some(name) = svc.metadata.name.clone() else {
+                return false;
+            };
+            if replica_of(&svc.metadata).is_none() || world.server.services.contains_key(&name) {
+                return false;
+            }
+            world.server.services.insert(name.clone(), (**svc).clone());
+            world.cache.services.insert(name, (**svc).clone());
+            true
+        }
+        Action::DeleteService { name } => {
+            world.cache.services.remove(name);
+            world.server.services.remove(name).is_some()
+        }
+        Action::CreatePodGroup(group) => {
+            if world.server.group.is_some() {
+                return false;
+            }
+            let mut group = (**group).clone();
+            group.metadata.uid = Some(world.uid("group"));
+            world.server.group = Some(group.clone());
+            world.cache.group = Some(group);
+            true
+        }
+        Action::SetPodGroupMinCount { .. } => world.server.group.is_some(),
+        Action::DeletePodGroup { uid, .. } => {
+            let stamp = world.stamp();
+            let Some(group) = world.server.group.as_mut() else {
+                return false;
+            };
+            if uid.is_some() && group.metadata.uid != *uid {
+                return false;
+            }
+            group.metadata.deletion_timestamp = Some(stamp);
+            world.settle_group();
+            world.cache.group = world.server.group.clone();
+            true
+        }
+        Action::DeleteJob => true,
+        Action::Workload(write) => super::kueue::apply(world, write),
+    }
+}
