@@ -5,6 +5,8 @@
 //! (see `docs/` and the README).
 
 pub mod abnormal;
+#[cfg(test)]
+mod adoption_tests;
 pub mod bookkeeping;
 pub mod cached;
 pub mod children;
