@@ -32,6 +32,7 @@ mod plan_gang_tests;
 mod plan_tests;
 pub mod read_your_writes;
 pub mod reconcile;
+pub mod rival;
 pub mod schema;
 pub mod status_batch;
 pub mod tf_config;
