@@ -461,3 +461,33 @@ fn the_json_report_has_the_same_fields_as_the_text() {
     assert_eq!(json["jobs"][0]["pods"][0]["uid"], "a-pod-0");
     assert_eq!(json["trainingOperator"]["verdict"], "stopped");
 }
+
+#[test]
+fn the_text_for_the_person_on_call_puts_what_stands_in_the_way_in_capitals() {
+    let j = job("a", &[condition::RUNNING]);
+    let (mut pods, services) = children(&j, "Running", 1);
+    pods[0].metadata.owner_references = None;
+    pods[0]
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .remove(LABEL_OPERATOR_NAME);
+    let mut s = snapshot(vec![j], pods, services);
+    s.deployments = Seen::Read(vec![training_operator_deployment(1, 1, &[])]);
+    let text = classify(&s).text();
+    for line in [
+        "TFJob CRD: not visible: forbidden (403)",
+        "training-operator: running",
+        "  Deployment kubeflow/training-operator: 1/1 ready, TFJob controller on",
+        "  MUST FIRST: stop training-operator's TFJob controller",
+        "TFJobs: 1 (Running 1)",
+        "- default/a: Running, 1 Pod(s), 2 Service(s)",
+        "    pod a-worker-1 Running restarts 1 uid a-pod-1",
+        "    in-place restarts: Worker 1",
+        "    CANNOT: Pod a-worker-0 has no controller ownerReference",
+        "NOT READY: 1 job(s) cannot be adopted as they are",
+    ] {
+        assert!(text.contains(line), "{line:?} missing from:\n{text}");
+    }
+}
