@@ -24,14 +24,18 @@ const RECENT: SignedDuration = SignedDuration::from_secs(600);
 
 pub fn judge(s: &Snapshot) -> PeerFinding {
     let mut f = PeerFinding::default();
-    let mut alive = false;
-    let mut looked = false;
+    // Its Deployment and Lease say whether it runs now; its recent writes
+    // only whether it ran lately (a controller stopped a minute ago still has
+    // them), so they decide only when no Deployment of it is found.
+    let mut runs = false;
+    let mut found_deployment = false;
+    let mut wrote_lately = false;
     match &s.deployments {
         Seen::Read(deployments) => {
-            looked = true;
             for d in deployments.iter().filter(|d| is_training_operator(d)) {
                 let (line, runs_tfjobs) = deployment(d);
-                alive |= runs_tfjobs;
+                found_deployment = true;
+                runs |= runs_tfjobs;
                 f.signs.push(line);
             }
         }
@@ -43,20 +47,20 @@ pub fn judge(s: &Snapshot) -> PeerFinding {
             .filter(|l| l.metadata.name.as_deref().is_some_and(|n| n.contains(NAME)))
         {
             let (line, fresh) = lease_line(lease, s.now);
-            alive |= fresh;
+            runs |= fresh;
             f.signs.push(line);
         }
     }
     for job in &s.jobs {
         if let Some(line) = recent_status_write(job, s.now) {
-            alive = true;
+            wrote_lately = true;
             f.signs.push(line);
         }
     }
     if let Seen::Read(events) = &s.events {
         let recent: Vec<&Event> = events.iter().filter(|e| by_it_lately(e, s.now)).collect();
         if let Some(last) = recent.last() {
-            alive = true;
+            wrote_lately = true;
             f.signs.push(format!(
                 "{} Event(s) from it in the last {} min, e.g. {} on {}/{}",
                 recent.len(),
@@ -78,6 +82,7 @@ pub fn judge(s: &Snapshot) -> PeerFinding {
             ));
         }
     }
+    let alive = runs || (wrote_lately && !found_deployment);
     f.verdict = if alive {
         f.blockers.push(
             "stop training-operator's TFJob controller (--enable-scheme without tfjob, or scale it to 0): \
@@ -85,7 +90,7 @@ pub fn judge(s: &Snapshot) -> PeerFinding {
                 .to_owned(),
         );
         "running"
-    } else if looked {
+    } else if found_deployment || s.deployments.read().is_some() {
         "stopped"
     } else {
         "unknown"

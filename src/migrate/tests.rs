@@ -402,6 +402,13 @@ fn a_fresh_lease_a_recent_status_write_or_recent_events_each_mean_it_still_runs(
 
     s.events = Seen::Read(vec![restarting_event("a", 1)]);
     assert_eq!(classify(&s).training_operator.verdict, "running");
+
+    // Scaled to 0 a minute ago: its last writes are listed, but its
+    // Deployment says it is stopped.
+    s.deployments = Seen::Read(vec![training_operator_deployment(0, 0, &[])]);
+    let f = classify(&s).training_operator;
+    assert_eq!(f.verdict, "stopped", "{:?}", f.signs);
+    assert!(f.signs.iter().any(|l| l.contains("Event(s) from it")));
 }
 
 #[test]
