@@ -5,6 +5,9 @@
 //!
 //! - [`cli`]: the binary's command line (`main`'s side; nothing in the
 //!   library imports it).
+//! - [`migrate`]: `migrate --check`, the read-only preflight for moving
+//!   from Kubeflow's training-operator (reads the cluster, judges it with
+//!   the controller's own rules).
 //! - [`tfjob`]: the TFJob controller (observe → plan → apply → status).
 //! - [`api`]: the `kubeflow.org/v1` TFJob types, defaults and constants. No I/O.
 //! - [`runtime`]: the generic client-go-style controller machinery
@@ -16,6 +19,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod migrate;
 pub mod observability;
 pub mod runtime;
 pub mod tfjob;

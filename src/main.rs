@@ -1,5 +1,5 @@
 //! The operator binary: `run` (the controller), `crd` (print the CRD YAML),
-//! `version`; the command line is parsed in `tfjob_operator::cli`. Errors
+//! `migrate --check` (the read-only preflight), `version`; the command line is parsed in `tfjob_operator::cli`. Errors
 //! are reported with `anyhow` here, at the binary's edge only.
 use std::path::Path;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use clap::Parser;
 use kube::api::{Api, ListParams};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tfjob_operator::api::types::TFJob;
-use tfjob_operator::cli::args::{Cli, Command, LogFormat, RunArgs};
+use tfjob_operator::cli::args::{Cli, Command, LogFormat, MigrateOutput, RunArgs};
 use tfjob_operator::cli::flags::{SERVICE_ACCOUNT_NAMESPACE, leader_election_namespace};
 use tfjob_operator::observability::logging::{FlatJson, log_filter};
 use tfjob_operator::observability::metrics::build_info::{self, BuildInfo};
@@ -42,6 +42,18 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Crd => print!("{}", tfjob_operator::api::crd::crd_yaml()?),
         Command::Version => println!("tfjob-operator {}", env!("CARGO_PKG_VERSION")),
+        Command::Migrate(args) => {
+            let runtime = tokio::runtime::Runtime::new()?;
+            let report =
+                runtime.block_on(tfjob_operator::migrate::check(args.namespace.as_deref()))?;
+            match args.output {
+                MigrateOutput::Text => print!("{}", report.text()),
+                MigrateOutput::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+            }
+            if report.has_blockers() {
+                std::process::exit(2);
+            }
+        }
         Command::Run(args) => {
             // The trace UI's streams end when this fires (at the end of `run`).
             let stop_trace_ui = CancellationToken::new();

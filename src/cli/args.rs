@@ -28,8 +28,33 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print the TFJob CustomResourceDefinition as YAML (`kubectl apply -f -`).
     Crd,
+    /// Moving from Kubeflow's training-operator: `--check` lists what this
+    /// operator would take over and what stands in the way, changing nothing.
+    Migrate(MigrateArgs),
     /// Print the version.
     Version,
+}
+
+/// Flags of `migrate`.
+#[derive(clap::Args, Debug)]
+pub struct MigrateArgs {
+    /// Read the cluster (GET requests only) and report; the only mode.
+    /// Exits 0 when every job can be adopted as it is, 2 when something
+    /// stands in the way.
+    #[arg(long, required = true)]
+    pub check: bool,
+    /// Look at this namespace only; all namespaces when unset.
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// `text` for the person on call, `json` for tools.
+    #[arg(long, value_enum, default_value = "text")]
+    pub output: MigrateOutput,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MigrateOutput {
+    Text,
+    Json,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]

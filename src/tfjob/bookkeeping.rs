@@ -20,11 +20,26 @@
 //! UID is forgotten once its Pod is gone from the cache. So every restart
 //! is counted exactly once, whatever is killed when (Kubernetes Jobs keep
 //! `uncountedTerminatedPods` in status for the same reason).
+//!
+//! Adopting a job Kubeflow's training-operator ran (it has no annotation of
+//! ours): its in-place restarts are on its live Pods (`restartCount`), which
+//! the backoff limit reads every pass, and the first pass records them here.
+//! Its re-creations leave almost nothing: training-operator v1.9 keeps no
+//! count (its status has no `restarts`, its backoff check ignores them,
+//! kubeflow/training-operator#2045), a re-created Pod has the old name, and
+//! its `TFJobRestarting` Events expire after an hour and are not watched. The
+//! one durable trace is its `Restarting` condition while a restart is under
+//! way, naming the replica type ("TFJob j is restarting because Worker
+//! replica(s) failed."): that counts as one re-creation of that type
+//! ([`Bookkeeping::of`]), and is written here on the first pass so it
+//! survives the condition. Older re-creations are not guessed (a Pod created
+//! late can also be a slow first create); `tfjob-operator migrate --check`
+//! shows those its Events still tell, with the annotation that counts them.
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::constants::ReplicaType;
+use crate::api::constants::{ReplicaType, condition};
 use crate::api::types::TFJob;
 
 use super::index_set;
@@ -64,6 +79,10 @@ pub struct Bookkeeping {
     /// Warning was given, once; forgotten when the job has no Pods left.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub outside_a_gang: bool,
+    /// Read from another operator's trace, not from our annotation (see the
+    /// module docs): worth writing down on the next pass. Never stored.
+    #[serde(skip)]
+    pub adopted: bool,
 }
 
 /// One Pod's in-place restarts, and its replica type (to add them to the
@@ -81,13 +100,20 @@ impl Bookkeeping {
     /// never forgets a restart). A malformed annotation reads as empty
     /// rather than failing the job; the status fields still count.
     pub fn of(job: &TFJob) -> Self {
-        let mut b: Bookkeeping = job
+        let annotation = job
             .metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(ANNOTATION))
+            .and_then(|a| a.get(ANNOTATION));
+        let mut b: Bookkeeping = annotation
             .and_then(|v| serde_json::from_str(v).ok())
             .unwrap_or_default();
+        if annotation.is_none()
+            && let Some(rtype) = restart_under_way(job)
+        {
+            b.restarts.insert(rtype.as_str().to_owned(), 1);
+            b.adopted = true;
+        }
         for (rtype, rs) in job.status.iter().flat_map(|s| &s.replica_statuses) {
             // The status shows re-creations plus in-place restarts; only
             // the re-creations are ours to remember here.
@@ -200,7 +226,8 @@ impl Bookkeeping {
     /// anything new. Forgetting gone Pods alone is not worth a write: it is
     /// carried along with the next change.
     pub fn differs_from(&self, stored: &Bookkeeping) -> bool {
-        self.restarts != stored.restarts
+        stored.adopted
+            || self.restarts != stored.restarts
             || self.succeeded_indexes != stored.succeeded_indexes
             || self.stop_unfinished != stored.stop_unfinished
             || self.outside_a_gang != stored.outside_a_gang
@@ -218,6 +245,27 @@ impl Bookkeeping {
         // Serialising plain maps and sets of strings and integers cannot fail.
         serde_json::to_string(self).unwrap_or_default()
     }
+}
+
+/// The replica type a job's true `Restarting` condition names (see the
+/// module docs), if any.
+fn restart_under_way(job: &TFJob) -> Option<ReplicaType> {
+    let restarting = job
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| c.type_ == condition::RESTARTING && c.status == "True")?;
+    replica_type_named(restarting.message.as_deref())
+}
+
+/// The replica type a restart message names: training-operator's and ours
+/// end "… restarting because Worker replica(s) failed.".
+pub fn replica_type_named(message: Option<&str>) -> Option<ReplicaType> {
+    let (_, after) = message?.rsplit_once(" because ")?;
+    let (rtype, rest) = after.split_once(' ')?;
+    rest.starts_with("replica(s) failed")
+        .then(|| ReplicaType::parse(rtype))
+        .flatten()
 }
 
 #[cfg(test)]
@@ -289,5 +337,81 @@ mod tests {
         assert!(!next.differs_from(&stored));
         next.count_restart(ReplicaType::Worker, "new");
         assert!(next.differs_from(&stored));
+    }
+
+    fn restarting(job: &mut TFJob, status: &str, message: &str) {
+        job.status
+            .get_or_insert_with(Default::default)
+            .conditions
+            .push(crate::api::types::JobCondition {
+                type_: condition::RESTARTING.into(),
+                status: status.into(),
+                reason: Some("TFJobRestarting".into()),
+                message: Some(message.into()),
+                ..Default::default()
+            });
+    }
+
+    const TRAINING_OPERATOR_RESTARTING: &str =
+        "TFJob j is restarting because Worker replica(s) failed.";
+
+    #[test]
+    fn a_job_training_operator_is_restarting_counts_one_re_creation_of_the_named_type() {
+        let mut job = TfJobFixture::new("j").workers(2).build();
+        restarting(&mut job, "True", TRAINING_OPERATOR_RESTARTING);
+        let b = Bookkeeping::of(&job);
+        assert_eq!(b.restarts_of(ReplicaType::Worker), 1);
+        assert_eq!(b.total_restarts(), 1);
+        assert!(b.adopted);
+    }
+
+    #[test]
+    fn with_our_annotation_the_restarting_condition_adds_nothing() {
+        let mut job = job_with_annotation(r#"{"restarts":{"Worker":2}}"#);
+        restarting(&mut job, "True", TRAINING_OPERATOR_RESTARTING);
+        let b = Bookkeeping::of(&job);
+        assert_eq!(b.restarts_of(ReplicaType::Worker), 2);
+        assert!(!b.adopted);
+    }
+
+    #[test]
+    fn a_restarting_condition_that_is_over_counts_nothing() {
+        let mut job = TfJobFixture::new("j").workers(2).build();
+        restarting(&mut job, "False", TRAINING_OPERATOR_RESTARTING);
+        assert_eq!(Bookkeeping::of(&job), Bookkeeping::default());
+    }
+
+    #[test]
+    fn the_count_read_from_the_condition_is_worth_writing_once_and_then_kept() {
+        let mut job = TfJobFixture::new("j").workers(2).build();
+        restarting(&mut job, "True", TRAINING_OPERATOR_RESTARTING);
+        let stored = Bookkeeping::of(&job);
+        assert!(stored.clone().differs_from(&stored), "never written yet");
+        // Written: from then on the annotation holds it, whatever the
+        // conditions say (Running replaces Restarting).
+        let mut written = job_with_annotation(&stored.to_annotation());
+        written.status = None;
+        let again = Bookkeeping::of(&written);
+        assert_eq!(again.restarts_of(ReplicaType::Worker), 1);
+        assert!(!again.adopted);
+        assert!(!again.clone().differs_from(&again));
+    }
+
+    #[test]
+    fn restart_messages_name_their_replica_type_for_both_operators() {
+        let ours = crate::tfjob::messages::restarting("because-ps", "PS");
+        assert_eq!(replica_type_named(Some(&ours)), Some(ReplicaType::PS));
+        assert_eq!(
+            replica_type_named(Some(TRAINING_OPERATOR_RESTARTING)),
+            Some(ReplicaType::Worker)
+        );
+        for other in [
+            "TFJob j is running.",
+            "TFJob j is restarting because Gardener replica(s) failed.",
+            "because Worker",
+        ] {
+            assert_eq!(replica_type_named(Some(other)), None, "{other}");
+        }
+        assert_eq!(replica_type_named(None), None);
     }
 }

@@ -5,6 +5,8 @@
 //! (see `docs/` and the README).
 
 pub mod abnormal;
+#[cfg(test)]
+mod adoption_tests;
 pub mod bookkeeping;
 pub mod cached;
 pub mod children;
@@ -32,6 +34,7 @@ mod plan_gang_tests;
 mod plan_tests;
 pub mod read_your_writes;
 pub mod reconcile;
+pub mod rival;
 pub mod schema;
 pub mod status_batch;
 pub mod tf_config;
