@@ -13,6 +13,7 @@ use crate::api::constants::ReplicaType;
 use crate::api::fixtures::TfJobFixture;
 use crate::api::pod_group::PodGroup;
 use crate::api::types::{CleanPodPolicy, RestartPolicy, TFJob};
+use crate::tfjob::bookkeeping::Bookkeeping;
 use crate::tfjob::children::replica_of;
 use crate::tfjob::gang::{ANNOTATION_POD_GROUP, GangScheduling};
 use crate::tfjob::kueue::api::Workload;
@@ -49,10 +50,11 @@ pub(super) struct Cluster {
 /// Ground truth the planner cannot see, for the invariants.
 #[derive(Debug, Default)]
 pub(super) struct Facts {
-    /// A plan found the job finished (stored or not).
-    pub decided_finished: bool,
-    /// Pods created after that.
+    /// Pods created after the job's finished status was stored.
     pub created_after_finish: Vec<String>,
+    /// Pods a pass that found the job finished deleted before that finish
+    /// was stored (other than a retryable failure's restart).
+    pub deleted_before_finish_stored: Vec<String>,
     /// Slots whose Pod succeeded, once a pass saw it (their index is done).
     pub succeeded_slots: BTreeSet<(ReplicaType, i32)>,
     pub created_for_succeeded: Vec<String>,
@@ -173,7 +175,9 @@ impl World {
             Event::PodRuns(i) => self.pod_runs(*i),
             Event::PodExits(i, code) => self.pod_exits(*i, *code),
             Event::PodDeleted(i) => {
-                if let Some(name) = self.nth_pod(*i) {
+                if let Some(name) = self.nth_pod(*i)
+                    && !self.outcome_unrecorded(&name)
+                {
                     self.server.pods.remove(&name);
                     self.settle_group();
                 }
@@ -219,6 +223,36 @@ impl World {
     fn nth_pod(&self, i: usize) -> Option<String> {
         let names: Vec<&String> = self.server.pods.keys().collect();
         (!names.is_empty()).then(|| names[i % names.len()].clone())
+    }
+
+    /// A Pod that ended and whose outcome is not stored yet: deleted now,
+    /// its outcome would be lost before anything recorded it, so others do
+    /// not delete it here. This is what the Job controller's Pod finalizer
+    /// (`batch.kubernetes.io/job-tracking`) guarantees it; this operator
+    /// has no such finalizer yet (docs/reliability.md, "What it leaves
+    /// out"). Stored: the job's finished status, or the index in the
+    /// bookkeeping's succeeded indexes, or its restart counted there.
+    fn outcome_unrecorded(&self, name: &str) -> bool {
+        let Some(pod) = self.server.pods.get(name) else {
+            return false;
+        };
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if self.facts.stored_finished {
+            return false;
+        }
+        match phase {
+            Some("Succeeded") => !replica_of(&pod.metadata).is_some_and(|(rtype, index)| {
+                Bookkeeping::of(&self.server.job)
+                    .succeeded(rtype.as_str())
+                    .contains(&index)
+            }),
+            Some("Failed") => !pod
+                .metadata
+                .uid
+                .as_ref()
+                .is_some_and(|u| Bookkeeping::of(&self.server.job).counted_pods.contains(u)),
+            _ => false,
+        }
     }
 
     /// A write of the job's spec or metadata by its user.
@@ -299,8 +333,8 @@ impl World {
     /// Remembers the slots a pass saw succeed.
     pub fn saw_pods(&mut self) {
         for pod in self.cache.pods.values() {
-            let succeeded =
-                pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded");
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            let succeeded = phase == Some("Succeeded");
             if succeeded && let Some(slot) = replica_of(&pod.metadata) {
                 self.facts.succeeded_slots.insert(slot);
             }

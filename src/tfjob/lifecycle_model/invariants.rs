@@ -13,6 +13,11 @@ pub(super) fn check(world: &World) -> Result<(), String> {
     if let Some(name) = f.created_after_finish.first() {
         return Err(format!("a finished job got a Pod: {name}"));
     }
+    if let Some(name) = f.deleted_before_finish_stored.first() {
+        return Err(format!(
+            "the pass that found the job finished deleted {name} before the finish was stored"
+        ));
+    }
     if let Some(name) = f.created_for_succeeded.first() {
         return Err(format!("a succeeded index was run again: {name}"));
     }

@@ -74,7 +74,6 @@ pub(super) fn pass(world: &mut World, crash_at: Option<usize>, refuse_status: bo
     world.saw_pods();
     let finished = is_finished(&plan.status);
     let stopped = is_true(&plan.status, condition::SUSPENDED);
-    world.facts.decided_finished |= finished;
     if !plan.manage {
         return;
     }
@@ -186,7 +185,7 @@ fn apply(
                     .get_or_insert_with(BTreeMap::new)
                     .insert(ANNOTATION_POD_GROUP.into(), group.clone());
             }
-            if world.facts.decided_finished {
+            if world.facts.stored_finished {
                 world.facts.created_after_finish.push(name.clone());
             }
             if world.facts.succeeded_slots.contains(&(*rtype, *index)) {
@@ -216,8 +215,26 @@ fn apply(
                         .and_then(|st| st.terminated.as_ref())
                         .is_some_and(|t| t.exit_code >= 128)
             });
-            if retryable_failure && !ending {
+            // A Pod scaled away is deleted, not restarted.
+            let in_spec = world
+                .server
+                .pods
+                .get(name)
+                .and_then(|p| replica_of(&p.metadata))
+                .is_some_and(|(rtype, index)| {
+                    normalize("j", &job.spec).is_ok_and(|spec| {
+                        spec.replicas
+                            .get(&rtype)
+                            .is_some_and(|r| index < r.replicas)
+                    })
+                });
+            if retryable_failure && in_spec && !ending {
                 world.facts.restart_deletes += 1;
+            }
+            let finish_unstored =
+                !job.status.as_ref().is_some_and(is_finished) && is_finished(&plan.status);
+            if finish_unstored && !retryable_failure {
+                world.facts.deleted_before_finish_stored.push(name.clone());
             }
             world.server.pods.remove(name);
             world.cache.pods.remove(name);
