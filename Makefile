@@ -29,7 +29,8 @@ clippy:
 	cargo clippy --all-targets -- -D warnings
 
 .PHONY: unit
-unit: ## Unit, property and doc tests, and the docs/ drift guard (no cluster needed)
+unit: ## Unit, property and doc tests, the docs/ drift guard and the harness's self-checks (no cluster needed)
+	bash e2e/selftest.sh
 	cargo test --lib --bins
 	cargo test --doc
 	cargo test --test docs

@@ -40,6 +40,26 @@ bin_dir() { echo "$TOOLS_DIR/bin-k8s-$KUBE_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK
 log() { printf '%s [%s] %s\n' "$(date -u +%H:%M:%S)" "${LOG_TAG:-e2e}" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# Names any command that fails under `set -e`: the script, the line, the
+# command, its exit status and the functions it ran in, under the step's
+# LOG_TAG, so a harness failure never ends in make's bare `Error 1`. A failure
+# inside a subshell is named by the command that ran the subshell (once, in
+# the script's own shell). Commands whose failure is handled (`if`, `||`) do
+# not trigger it. A script with an ERR trap of its own calls it first, cleans
+# up only in its own shell (BASHPID == $$: errtrace hands the trap to
+# subshells too) and restores it with `trap report_failure ERR` (kueue.sh).
+report_failure() {
+  local status=$?
+  ((BASHPID == $$)) || return 0
+  local where="${BASH_SOURCE[1]:-?}" funcs="${FUNCNAME[*]:1}"
+  funcs="${funcs% main}"
+  log "error: ${where#"$REPO_DIR"/} line ${BASH_LINENO[0]}: '$BASH_COMMAND' exited with status $status${funcs:+ (in ${funcs// / < })}"
+}
+if [[ $- == *e* ]]; then
+  set -o errtrace
+  trap report_failure ERR
+fi
+
 # Runs a long step in the background (its output to LOGFILE) and says every
 # 30 s that it still runs, so a cold build never looks hung: for a
 # `go build -v` (one line per package compiled) how many packages so far,
