@@ -53,7 +53,10 @@ stop_operator
 log "starting the operator (log: $D/logs/operator.log)"
 mkdir -p "$D/logs" "$D/pids"
 # TRACE_UI_ADDR picks the page's address (default: a free loopback port).
-log_lines_before=$(wc -l <"$D/logs/operator.log" 2>/dev/null || echo 0)
+# On a first run there is no log yet: nothing to skip (a `<` redirection of a
+# missing file fails before a `2>/dev/null` after it applies, and says so).
+log_lines_before=0
+if [[ -f "$D/logs/operator.log" ]]; then log_lines_before=$(wc -l <"$D/logs/operator.log"); fi
 setsid "$BIN" run --leader-elect=false \
   --metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0 \
   --trace-ui "${TRACE_UI_ADDR:-127.0.0.1:0}" \
