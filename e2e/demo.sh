@@ -31,11 +31,22 @@ if [[ "${1:-}" == down ]]; then
 fi
 
 cd "$REPO_DIR"
-log "building the operator (cargo build; the first build takes a few minutes)"
-cargo build --quiet --bin tfjob-operator
+# The operator's cargo build and the control plane's Go builds at once, so a
+# cold first run keeps both cores busy; the demo needs only the core tools
+# (etcd, Kubernetes, KWOK), not the chart's or the observability tests'.
+log "building the operator (cargo build, beside the cluster's tools; a first build takes several minutes)"
+mkdir -p "$CARGO_TARGET_DIR"
+cargo_log="$CARGO_TARGET_DIR/demo-cargo-build.log"
+with_progress "building the operator (cargo build)" "$cargo_log" cargo build --bin tfjob-operator &
+cargo_pid=$!
+# A failing tools build ends the demo: the cargo build (with_progress's
+# child) goes with it.
+trap 'pkill -TERM -P "$cargo_pid" 2>/dev/null; kill "$cargo_pid" 2>/dev/null || true' EXIT
+bash "$E2E_DIR/tools.sh" core
+wait "$cargo_pid" || die "the operator did not build (cargo build --bin tfjob-operator: its last lines above, full log $cargo_log)"
+trap - EXIT
 BIN="$CARGO_TARGET_DIR/debug/tfjob-operator"
 
-bash "$E2E_DIR/tools.sh"
 bash "$E2E_DIR/cluster.sh" up
 # shellcheck disable=SC1091
 source "$D/env"

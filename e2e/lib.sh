@@ -89,6 +89,22 @@ with_progress() {
     die "$what failed (full log: $logfile)"
   fi
   log "  $what: done in $((SECONDS - start)) s"
+  record_build "$what" $((SECONDS - start)) "$is_go" "$logfile"
+}
+
+# One JSON line per long step that finished, appended to
+# $TFJOB_CACHE_DIR/tool-builds.jsonl: what, seconds, Go packages compiled (a
+# cold build compiles thousands, a warm one few), when, the commit, the cores
+# and the load at the end. What a later cold run is recorded from (issue #41);
+# a failure to write it fails nothing.
+record_build() {
+  local what="$1" seconds="$2" is_go="$3" logfile="$4" packages=null commit load
+  if ((is_go)); then packages=$(grep -vc '^go: downloading' "$logfile" || true); fi
+  commit=$(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo null)
+  printf '{"what": "%s", "seconds": %s, "go_packages": %s, "finished": "%s", "commit": "%s", "cores": %s, "load1": %s}\n' \
+    "${what//\"/}" "$seconds" "${packages:-null}" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$commit" "$(nproc)" "$load" \
+    >>"$TFJOB_CACHE_DIR/tool-builds.jsonl" 2>/dev/null || true
 }
 
 # Builds into <dir>.tmp and renames, so an interrupted build never leaves a
