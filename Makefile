@@ -286,11 +286,12 @@ image-multiarch: image image-tools-arm64 ## amd64 + arm64 images joined in one i
 
 # umoci, skopeo, jq (the image scripts read and write OCI JSON with it), the
 # cross gcc and qemu are Debian packages: installed here when
-# missing (as root, as on the project's machines and CI).
+# missing (as root, as on the project's machines and CI, or through sudo:
+# apt_install in e2e/lib.sh).
 .PHONY: image-tools
 image-tools:
 	@command -v umoci >/dev/null && command -v skopeo >/dev/null && command -v jq >/dev/null \
-	  || { apt-get update -qq && apt-get install -y -qq umoci skopeo jq; }
+	  || bash -c 'set -euo pipefail; source e2e/lib.sh; apt_install umoci skopeo jq'
 
 .PHONY: image-tools-arm64
 image-tools-arm64:
@@ -299,15 +300,13 @@ image-tools-arm64:
 	  || { apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static; }
 
 # Advisories (the RustSec snapshot beside the clone, offline, read in place:
-# hack/deny/advisory-db.sh), licenses, bans (no OpenSSL, no wildcards) and
+# hack/deny/advisory-db.sh; without one, cargo-deny's own fetch: hack/deny/check.sh), licenses, bans (no OpenSSL, no wildcards) and
 # sources (crates.io only), per deny.toml; then the self-test that a matching
 # advisory fails the check (hack/deny/selftest.sh, a fixture in a temporary copy).
 ADVISORY_DBS := $(CACHE_DIR)/advisory-dbs
 .PHONY: deny
-deny: ## cargo deny check advisories bans licenses sources, offline against ../shared/advisory-db (see deny.toml), and its self-test
+deny: ## cargo deny check advisories bans licenses sources against the RustSec database (../shared/advisory-db or TFJOB_ADVISORY_DB, else cargo-deny's own fetch; hack/deny/check.sh), and its self-test
 	@source hack/image/versions.env; \
 	deny="$$(bash hack/image/cargo-tool.sh cargo-deny "$$CARGO_DENY_VERSION")"; \
 	cargo fetch --locked --quiet; \
-	export TFJOB_ADVISORY_DB_PATH="$$(bash hack/deny/advisory-db.sh $(ADVISORY_DBS))"; \
-	"$$deny" --offline check --hide-inclusion-graph advisories bans licenses sources; \
-	bash hack/deny/selftest.sh "$$deny"
+	bash hack/deny/check.sh "$$deny" $(ADVISORY_DBS)

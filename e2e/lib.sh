@@ -152,12 +152,18 @@ run_e2e_on_a_cluster() {
 
 # Installs Debian packages with apt-get, from the machine's package registry:
 # the harness's few system tools (socat, the real node's runtime) that are
-# not built into the cache. Waits for another apt-get's lock rather than fail.
+# not built into the cache, the image tools (make image-tools). Waits for
+# another apt-get's lock rather than fail. As root, or through sudo.
 apt_install() {
   command -v apt-get >/dev/null || die "missing $* and no apt-get: install them (Debian package names)"
+  local sudo=()
+  if ((EUID != 0)); then
+    command -v sudo >/dev/null || die "missing $*: installing them takes root (apt-get) and there is no sudo: install them as root, then run this again"
+    sudo=(sudo)
+  fi
   log "installing Debian packages: $*"
-  apt-get -o DPkg::Lock::Timeout=300 update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "$@" >/dev/null
+  "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=300 update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
 # ---------------------------------------------------------------- components
