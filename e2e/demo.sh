@@ -31,6 +31,9 @@ if [[ "${1:-}" == down ]]; then
 fi
 
 cd "$REPO_DIR"
+# Each step's seconds go to $TFJOB_CACHE_DIR/tool-builds.jsonl too
+# (record_build, lib.sh): how a cold run's time to the live table is recorded.
+demo_start=$SECONDS
 # The operator's cargo build and the control plane's Go builds at once, so a
 # cold first run keeps both cores busy; the demo needs only the core tools
 # (etcd, Kubernetes, KWOK), not the chart's or the observability tests'.
@@ -46,8 +49,11 @@ bash "$E2E_DIR/tools.sh" core
 wait "$cargo_pid" || die "the operator did not build (cargo build --bin tfjob-operator: its last lines above, full log $cargo_log)"
 trap - EXIT
 BIN="$CARGO_TARGET_DIR/debug/tfjob-operator"
+record_build "demo: the operator and the core tools built" $((SECONDS - demo_start)) 0 /dev/null
 
+step_start=$SECONDS
 bash "$E2E_DIR/cluster.sh" up
+record_build "demo: cluster.sh up" $((SECONDS - step_start)) 0 /dev/null
 # shellcheck disable=SC1091
 source "$D/env"
 
@@ -94,6 +100,8 @@ kubectl delete tfjobs --all -n "$NS" --wait=true >/dev/null 2>&1 || true
 log "applying examples/*.yaml to namespace $NS"
 kubectl apply -n "$NS" -f examples/
 
+log "the live table, $((SECONDS - demo_start)) s after the demo started:"
+record_build "demo: start to the live table" $((SECONDS - demo_start)) 0 /dev/null
 python3 "$E2E_DIR/demo_watch.py" "$NS"
 
 cat <<TXT
