@@ -166,8 +166,10 @@ prometheus_dir() { echo "$TOOLS_DIR/prometheus-$PROMETHEUS_VERSION"; }
 # a directory with promtool alone is not a Prometheus. Each is built in a
 # directory of its own and renamed into place whole. Built without the web
 # UI's assets (the HTTP API is all we use) and without the service discovery
-# plugins (remove_all_sd: the scrape configs are static), which are most of
-# Prometheus' dependency tree.
+# plugins the build tag remove_all_sd governs (the scrape configs are
+# static): Consul, GCE, Azure, ... are not compiled. Kubernetes' discovery
+# and client stay (promtool imports them directly: 840 packages for promtool
+# alone, 843 s at load 16, 2026-11-28).
 build_prometheus() {
   local dir want=() b
   dir=$(prometheus_dir)
