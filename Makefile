@@ -15,7 +15,7 @@ help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: lint unit docs-diagrams crd-check proto-schema-check e2e e2e-other-version e2e-multikueue ## Everything CI runs: lint, unit tests, the docs' diagrams rendered, CRD and protobuf-table drift checks, e2e on a fresh local cluster (Kubernetes 1.37), the core scenarios on 1.34, MultiKueue across two clusters
+test: lint unit docs-diagrams crd-check proto-schema-check e2e e2e-multikueue ## What CI runs first: lint, unit tests, the docs' diagrams rendered, CRD and protobuf-table drift checks, e2e on a fresh local cluster (Kubernetes 1.37), MultiKueue across two clusters (CI's extended lanes: CONTRIBUTING.md)
 
 .PHONY: lint
 lint: fmt-check clippy deny chart-lint rules-check docker-lint ## cargo fmt --check, clippy -D warnings, cargo deny, the Helm chart and its alert rules, the Dockerfile
@@ -142,6 +142,8 @@ e2e-kubeflow-crd: ## Only the core e2e scenarios under Kubeflow's own TFJob CRD 
 
 # The other supported Kubernetes version (e2e/k8s/<version>/; the default is
 # KUBE_VERSION in e2e/versions.env): the core scenarios must pass on it too.
+# Not in `make test` (a second Kubernetes build, ~12 min cold): CI's first
+# extended lane (.ci/run; CONTRIBUTING.md, "What make test runs").
 OTHER_KUBE_VERSION ?= v1.34.4
 .PHONY: e2e-other-version
 e2e-other-version: ## The core e2e scenarios (smoke, the TFJob lifecycle, gangs without the Workload API) on the other supported Kubernetes version (OTHER_KUBE_VERSION, default v1.34.4), on a fresh local cluster
