@@ -15,7 +15,7 @@ help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: lint unit docs-diagrams crd-check proto-schema-check e2e e2e-other-version e2e-multikueue ## Everything CI runs: lint, unit tests, the docs' diagrams rendered, CRD and protobuf-table drift checks, e2e on a fresh local cluster (Kubernetes 1.37), the core scenarios on 1.34, MultiKueue across two clusters
+test: lint unit docs-diagrams crd-check proto-schema-check e2e e2e-multikueue ## What CI runs first: lint, unit tests, the docs' diagrams rendered, CRD and protobuf-table drift checks, e2e on a fresh local cluster (Kubernetes 1.37), MultiKueue across two clusters (CI's extended lanes: CONTRIBUTING.md)
 
 .PHONY: lint
 lint: fmt-check clippy deny chart-lint rules-check docker-lint ## cargo fmt --check, clippy -D warnings, cargo deny, the Helm chart and its alert rules, the Dockerfile
@@ -29,7 +29,8 @@ clippy:
 	cargo clippy --all-targets -- -D warnings
 
 .PHONY: unit
-unit: ## Unit, property and doc tests, and the docs/ drift guard (no cluster needed)
+unit: ## Unit, property and doc tests, the docs/ drift guard and the harness's self-checks (no cluster needed)
+	bash e2e/selftest.sh
 	cargo test --lib --bins
 	cargo test --doc
 	cargo test --test docs
@@ -58,15 +59,20 @@ proto-schema-check: ## Fail if the committed protobuf tables drifted from the Go
 	cd hack/protobuf-schema && go run . | diff -u ../../src/runtime/client/protobuf/generated.rs - \
 	  || { echo "src/runtime/client/protobuf/generated.rs is stale: run 'make proto-schema' and commit"; exit 1; }
 
+# Each target builds (or reuses from the cache) only the tools it runs, by set
+# (e2e/tools.sh's header): core = etcd, Kubernetes, KWOK; helm, helm4,
+# promtool, prometheus, kueue, jaeger. cluster-tools builds every set `make
+# test` uses, e.g. to warm a cache.
 .PHONY: cluster-tools
-cluster-tools: ## Build (or reuse from the cache) etcd, kube-*, kubectl, helm, kwok
-	bash e2e/tools.sh
+cluster-tools: ## Build (or reuse from the cache) every tool `make test` uses: etcd, kube-*, kubectl, KWOK, Helm 3 and 4, Prometheus and promtool, Kueue
+	bash e2e/tools.sh all
 
 # REAL_NODE=1 adds one real Node (kubelet, containerd, CNI, kube-proxy,
 # CoreDNS; e2e/real-node/) beside the KWOK nodes: needs root, one per machine.
 REAL_NODE ?= $(or $(TFJOB_REAL_NODE),0)
 .PHONY: cluster-up
-cluster-up: cluster-tools ## Start the local control plane (kubeconfig: .cluster/kubeconfig); REAL_NODE=1 adds a real node
+cluster-up: ## Start the local control plane (kubeconfig: .cluster/kubeconfig; kubectl and helm built); REAL_NODE=1 adds a real node
+	bash e2e/tools.sh core helm
 	bash e2e/cluster.sh up $(if $(filter 1,$(REAL_NODE)),--real-node)
 
 .PHONY: cluster-down
@@ -77,15 +83,17 @@ cluster-down: ## Stop the local control plane and remove its data
 # kubelet and containerd, the chart's own image as the operator's Pods, real
 # TensorFlow training; torn down afterwards, checked for leftovers. Root only.
 .PHONY: test-real
-test-real: cluster-tools image-tools ## On a fresh cluster with a real node: the node, the chart with the operator's image, real TensorFlow jobs (tests/real)
+test-real: image-tools ## On a fresh cluster with a real node: the node, the chart with the operator's image, real TensorFlow jobs (tests/real)
 	bash e2e/run-real.sh
 
 .PHONY: demo-real
-demo-real: cluster-tools image-tools ## A real TensorFlow job on a real node, with the operator from the chart: its logs and the trace UI (stays up; make cluster-down)
+demo-real: image-tools ## A real TensorFlow job on a real node, with the operator from the chart: its logs and the trace UI (stays up; make cluster-down)
+	bash e2e/tools.sh core helm
 	bash e2e/demo-real.sh
 
 .PHONY: e2e
-e2e: cluster-tools chromium ## The end-to-end suite on a freshly started local control plane (torn down even on failure)
+e2e: chromium ## The end-to-end suite on a freshly started local control plane (torn down even on failure)
+	bash e2e/tools.sh core helm prometheus kueue
 	bash e2e/run-suite.sh
 
 # The fault-injection suite in full (tests/faults, docs/reliability.md): every
@@ -97,12 +105,14 @@ FAULT_ROUNDS ?= 20
 # seeded histories (cargo test --lib); the fault suite a deeper run first.
 MODEL_CASES ?= 20000
 .PHONY: test-faults
-test-faults: cluster-tools ## The lifecycle model deeper (MODEL_CASES histories), then the fault suite in full on a fresh local cluster (FAULT_SEED, FAULT_ROUNDS, FAULT_FILTER=<test name filter>; FAULT_RECORD=<name> keeps the figures in benches/results/)
+test-faults: ## The lifecycle model deeper (MODEL_CASES histories), then the fault suite in full on a fresh local cluster (FAULT_SEED, FAULT_ROUNDS, FAULT_FILTER=<test name filter>; FAULT_RECORD=<name> keeps the figures in benches/results/)
 	TFJOB_MODEL_CASES=$(MODEL_CASES) TFJOB_MODEL_SEED=$(FAULT_SEED) cargo test --lib lifecycle_model
+	bash e2e/tools.sh core
 	FAULTS_ONLY=1 FAULT_FULL=1 FAULT_SEED=$(FAULT_SEED) FAULT_ROUNDS=$(FAULT_ROUNDS) bash e2e/run-suite.sh
 
 .PHONY: test-ui
-test-ui: cluster-tools chromium ## The trace UI (--trace-ui) in headless Chromium, a box clicked open (the running cluster, or a fresh one); redraws docs/trace-ui.png, screenshots in .cluster/trace-ui/
+test-ui: chromium ## The trace UI (--trace-ui) in headless Chromium, a box clicked open (the running cluster, or a fresh one); redraws docs/trace-ui.png, screenshots in .cluster/trace-ui/
+	bash e2e/tools.sh core
 	bash e2e/test-ui.sh
 
 # Headless Chromium for the trace UI's browser test (tests/e2e/trace_ui.rs) and
@@ -120,34 +130,40 @@ chromium:
 	chromium --version
 
 .PHONY: test-observability
-test-observability: cluster-tools ## Metrics vs docs/metrics.md, every dashboard query and alert rule, on a real Prometheus scraping the secured /metrics; traces in a real Jaeger (plain and https with a test CA, sampling ratio 0 and 1); the main panels drawn into .cluster/dashboard/ (the running cluster, or a fresh one)
-	TFJOB_WITH_JAEGER=1 bash e2e/tools.sh
+test-observability: ## Metrics vs docs/metrics.md, every dashboard query and alert rule, on a real Prometheus scraping the secured /metrics; traces in a real Jaeger (plain and https with a test CA, sampling ratio 0 and 1); the main panels drawn into .cluster/dashboard/ (the running cluster, or a fresh one)
+	bash e2e/tools.sh core helm prometheus jaeger
 	bash e2e/observability.sh
 
 .PHONY: dashboard-pictures
-dashboard-pictures: cluster-tools ## Redraw docs/dashboard/*.png: the dashboard's main panels from a real Prometheus scraping the e2e workload (the running cluster, or a fresh one)
+dashboard-pictures: ## Redraw docs/dashboard/*.png: the dashboard's main panels from a real Prometheus scraping the e2e workload (the running cluster, or a fresh one)
+	bash e2e/tools.sh core helm prometheus
 	bash e2e/dashboard-pictures.sh
 
 .PHONY: e2e-kubeflow-crd
-e2e-kubeflow-crd: cluster-tools ## Only the core e2e scenarios under Kubeflow's own TFJob CRD (crd.install=false users), on a fresh local cluster
+e2e-kubeflow-crd: ## Only the core e2e scenarios under Kubeflow's own TFJob CRD (crd.install=false users), on a fresh local cluster
+	bash e2e/tools.sh core helm kueue
 	bash e2e/run-suite.sh --kubeflow-crd-only
 
 # The other supported Kubernetes version (e2e/k8s/<version>/; the default is
 # KUBE_VERSION in e2e/versions.env): the core scenarios must pass on it too.
+# Not in `make test` (a second Kubernetes build, ~12 min cold): CI's first
+# extended lane (.ci/run; CONTRIBUTING.md, "What make test runs").
 OTHER_KUBE_VERSION ?= v1.34.4
 .PHONY: e2e-other-version
 e2e-other-version: ## The core e2e scenarios (smoke, the TFJob lifecycle, gangs without the Workload API) on the other supported Kubernetes version (OTHER_KUBE_VERSION, default v1.34.4), on a fresh local cluster
-	KUBE_VERSION=$(OTHER_KUBE_VERSION) bash e2e/tools.sh
+	KUBE_VERSION=$(OTHER_KUBE_VERSION) bash e2e/tools.sh core helm
 	KUBE_VERSION=$(OTHER_KUBE_VERSION) bash e2e/run-suite.sh --core-only
 
 # MultiKueue across two local control planes (docs/kueue.md): 3 min 36 s
 # warm from nothing running (up 84 s, the tests 86 s, down), so in `make test`.
 .PHONY: e2e-multikueue
-e2e-multikueue: cluster-tools ## MultiKueue: a manager and a worker control plane side by side, Kueue on both, TFJobs dispatched from one to the other (tests/e2e/multikueue.rs; the running setup, else a fresh one torn down afterwards)
+e2e-multikueue: ## MultiKueue: a manager and a worker control plane side by side, Kueue on both, TFJobs dispatched from one to the other (tests/e2e/multikueue.rs; the running setup, else a fresh one torn down afterwards)
+	bash e2e/tools.sh core kueue
 	bash e2e/multikueue.sh test
 
 .PHONY: kueue-up
-kueue-up: cluster-tools ## Start Kueue next to the running local cluster (stop: make kueue-down)
+kueue-up: ## Start Kueue next to the running local cluster (stop: make kueue-down)
+	bash e2e/tools.sh core kueue
 	bash e2e/kueue.sh up
 
 .PHONY: kueue-down
@@ -177,7 +193,8 @@ HADOLINT_VENV := $(CACHE_DIR)/tools/hadolint-$(HADOLINT_VERSION)
 # (KUBE_VERSION, e2e/versions.env), and fails if the chart's CRD drifted from
 # crds/: the file copy must be identical and the rendered spec verbatim.
 .PHONY: chart-lint
-chart-lint: cluster-tools ## helm lint + helm template with Helm 3 and Helm 4 (server's version, every ci/ values file); chart CRD == crds/; every value documented
+chart-lint: ## helm lint + helm template with Helm 3 and Helm 4 (server's version, every ci/ values file); chart CRD == crds/; every value documented
+	@bash e2e/tools.sh helm helm4
 	@bin="$$(bash e2e/tools.sh --bin-dir)"; helm="$$bin/helm"; source e2e/versions.env; \
 	diff -u crds/kubeflow.org_tfjobs.yaml $(CHART)/files/kubeflow.org_tfjobs.yaml \
 	  || { echo "$(CHART)/files/kubeflow.org_tfjobs.yaml differs from crds/: run 'make crd' and commit"; exit 1; }; \
@@ -200,7 +217,8 @@ chart-lint: cluster-tools ## helm lint + helm template with Helm 3 and Helm 4 (s
 # per alert: quiet on healthy input, firing with its labels and annotations on
 # bad input). The rules file is the one copy the PrometheusRule template renders.
 .PHONY: rules-check
-rules-check: cluster-tools ## promtool check rules + promtool test rules on the chart's alerts
+rules-check: ## promtool check rules + promtool test rules on the chart's alerts
+	@bash e2e/tools.sh promtool helm
 	@promtool="$$(bash e2e/tools.sh --bin-dir)/promtool"; \
 	"$$promtool" check rules $(CHART)/files/prometheus-rules.yaml; \
 	"$$promtool" test rules $(CHART)/tests/prometheus-rules.test.yaml; \
@@ -226,7 +244,8 @@ docker-lint: $(HADOLINT_VENV)/.installed ## hadolint the Dockerfile (every rule,
 	@source hack/image/versions.env; grep -qx "ARG CARGO_AUDITABLE_VERSION=$$CARGO_AUDITABLE_VERSION" Dockerfile \
 	  || { echo "Dockerfile: ARG CARGO_AUDITABLE_VERSION differs from hack/image/versions.env ($$CARGO_AUDITABLE_VERSION)"; exit 1; }
 .PHONY: bench-e2e
-bench-e2e: cluster-tools ## Side by side with Kubeflow's training-operator and the raw limit (fresh cluster; BENCH_JOBS=50 for a quick run; BENCH_RECORD=<name> keeps the results in benches/results/)
+bench-e2e: ## Side by side with Kubeflow's training-operator and the raw limit (fresh cluster; BENCH_JOBS=50 for a quick run; BENCH_RECORD=<name> keeps the results in benches/results/)
+	bash e2e/tools.sh core
 	bash e2e/peers.sh
 	bash e2e/bench.sh
 
@@ -235,11 +254,13 @@ results-tables: ## Regenerate the docs' benchmark tables from benches/results/ (
 	TFJOB_WRITE_RESULTS=1 cargo test --test docs results_
 
 .PHONY: bench-scale
-bench-scale: cluster-tools ## Curves: 50-1,000 jobs, 100-2,000 workers, 0-5,000 unrelated Pods vs the bare client, about half an hour; plots in docs/scale/ (docs/scale.md; SCALE_RECORD=<name> keeps the results in benches/results/)
+bench-scale: ## Curves: 50-1,000 jobs, 100-2,000 workers, 0-5,000 unrelated Pods vs the bare client, about half an hour; plots in docs/scale/ (docs/scale.md; SCALE_RECORD=<name> keeps the results in benches/results/)
+	bash e2e/tools.sh core
 	bash e2e/bench-scale.sh
 
 .PHONY: profile-cpu
-profile-cpu: cluster-tools ## CPU flame graph of the operator in the bench's jobs workload, under perf (docs/benchmarks.md, "CPU and the Succeeded path")
+profile-cpu: ## CPU flame graph of the operator in the bench's jobs workload, under perf (docs/benchmarks.md, "CPU and the Succeeded path")
+	bash e2e/tools.sh core
 	bash hack/profile/cpu.sh
 
 # ---------------------------------------------------------------- the image and the supply chain
@@ -271,11 +292,12 @@ image-multiarch: image image-tools-arm64 ## amd64 + arm64 images joined in one i
 
 # umoci, skopeo, jq (the image scripts read and write OCI JSON with it), the
 # cross gcc and qemu are Debian packages: installed here when
-# missing (as root, as on the project's machines and CI).
+# missing (as root, as on the project's machines and CI, or through sudo:
+# apt_install in e2e/lib.sh).
 .PHONY: image-tools
 image-tools:
 	@command -v umoci >/dev/null && command -v skopeo >/dev/null && command -v jq >/dev/null \
-	  || { apt-get update -qq && apt-get install -y -qq umoci skopeo jq; }
+	  || bash -c 'set -euo pipefail; source e2e/lib.sh; apt_install umoci skopeo jq'
 
 .PHONY: image-tools-arm64
 image-tools-arm64:
@@ -284,15 +306,13 @@ image-tools-arm64:
 	  || { apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static; }
 
 # Advisories (the RustSec snapshot beside the clone, offline, read in place:
-# hack/deny/advisory-db.sh), licenses, bans (no OpenSSL, no wildcards) and
+# hack/deny/advisory-db.sh; without one, cargo-deny's own fetch: hack/deny/check.sh), licenses, bans (no OpenSSL, no wildcards) and
 # sources (crates.io only), per deny.toml; then the self-test that a matching
 # advisory fails the check (hack/deny/selftest.sh, a fixture in a temporary copy).
 ADVISORY_DBS := $(CACHE_DIR)/advisory-dbs
 .PHONY: deny
-deny: ## cargo deny check advisories bans licenses sources, offline against ../shared/advisory-db (see deny.toml), and its self-test
+deny: ## cargo deny check advisories bans licenses sources against the RustSec database (../shared/advisory-db or TFJOB_ADVISORY_DB, else cargo-deny's own fetch; hack/deny/check.sh), and its self-test
 	@source hack/image/versions.env; \
 	deny="$$(bash hack/image/cargo-tool.sh cargo-deny "$$CARGO_DENY_VERSION")"; \
 	cargo fetch --locked --quiet; \
-	export TFJOB_ADVISORY_DB_PATH="$$(bash hack/deny/advisory-db.sh $(ADVISORY_DBS))"; \
-	"$$deny" --offline check --hide-inclusion-graph advisories bans licenses sources; \
-	bash hack/deny/selftest.sh "$$deny"
+	bash hack/deny/check.sh "$$deny" $(ADVISORY_DBS)

@@ -50,7 +50,7 @@ if [[ -z "${BENCH_SKIP_CLUSTER:-}" ]] && { runs sync || runs latency; }; then
   echo "==> building the client-go informer peer"
   (cd benches/go-informer && go build -o "$BIN_DIR/go-informer" .)
   export TFJOB_CLUSTER_DIR="$CACHE_DIR/bench-cluster"
-  bash e2e/tools.sh
+  bash e2e/tools.sh core
   bash e2e/cluster.sh up
   export KUBECONFIG="$TFJOB_CLUSTER_DIR/kubeconfig"
 

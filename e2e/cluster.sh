@@ -424,7 +424,7 @@ cmd_up() {
   fi
   if [[ -d "$D/real-node" ]]; then bash "$E2E_DIR/real-node/node.sh" down; fi
   down_quietly
-  [[ -x "$BIN/kube-apiserver" ]] || bash "$E2E_DIR/tools.sh"
+  [[ -x "$BIN/kube-apiserver" ]] || bash "$E2E_DIR/tools.sh" core
 
   local start=$SECONDS
   mkdir -p "$D/data" "$D/kubeconfigs"

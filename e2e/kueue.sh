@@ -327,7 +327,7 @@ cmd_up() {
   cmd_down
   mkdir -p "$K" "$D/logs"
   # Any failure from here on leaves nothing behind: no process, no webhook.
-  trap 'log "kueue.sh up failed: stopping what was started"; cmd_down' ERR
+  trap 'report_failure; if ((BASHPID == $$)); then log "kueue.sh up failed: stopping what was started"; cmd_down; fi' ERR
 
   local mod
   mod=$(kueue_module_dir)
@@ -359,7 +359,7 @@ cmd_up() {
   if [[ "$MODE" == builtin ]]; then
     wait_for 30 "TFJob integration in its log" tfjob_integration_on
   fi
-  trap - ERR
+  trap report_failure ERR
   log "Kueue up in $((SECONDS - start)) s, mode $MODE (log: $LOG_FILE)"
 }
 

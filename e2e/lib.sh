@@ -40,6 +40,26 @@ bin_dir() { echo "$TOOLS_DIR/bin-k8s-$KUBE_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK
 log() { printf '%s [%s] %s\n' "$(date -u +%H:%M:%S)" "${LOG_TAG:-e2e}" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# Names any command that fails under `set -e`: the script, the line, the
+# command, its exit status and the functions it ran in, under the step's
+# LOG_TAG, so a harness failure never ends in make's bare `Error 1`. A failure
+# inside a subshell is named by the command that ran the subshell (once, in
+# the script's own shell). Commands whose failure is handled (`if`, `||`) do
+# not trigger it. A script with an ERR trap of its own calls it first, cleans
+# up only in its own shell (BASHPID == $$: errtrace hands the trap to
+# subshells too) and restores it with `trap report_failure ERR` (kueue.sh).
+report_failure() {
+  local status=$?
+  ((BASHPID == $$)) || return 0
+  local where="${BASH_SOURCE[1]:-?}" funcs="${FUNCNAME[*]:1}"
+  funcs="${funcs% main}"
+  log "error: ${where#"$REPO_DIR"/} line ${BASH_LINENO[0]}: '$BASH_COMMAND' exited with status $status${funcs:+ (in ${funcs// / < })}"
+}
+if [[ $- == *e* ]]; then
+  set -o errtrace
+  trap report_failure ERR
+fi
+
 # Runs a long step in the background (its output to LOGFILE) and says every
 # 30 s that it still runs, so a cold build never looks hung: for a
 # `go build -v` (one line per package compiled) how many packages so far,
@@ -69,6 +89,22 @@ with_progress() {
     die "$what failed (full log: $logfile)"
   fi
   log "  $what: done in $((SECONDS - start)) s"
+  record_build "$what" $((SECONDS - start)) "$is_go" "$logfile"
+}
+
+# One JSON line per long step that finished, appended to
+# $TFJOB_CACHE_DIR/tool-builds.jsonl: what, seconds, Go packages compiled (a
+# cold build compiles thousands, a warm one few), when, the commit, the cores
+# and the load at the end. What a later cold run is recorded from (issue #41);
+# a failure to write it fails nothing.
+record_build() {
+  local what="$1" seconds="$2" is_go="$3" logfile="$4" packages=null commit load
+  if ((is_go)); then packages=$(grep -vc '^go: downloading' "$logfile" || true); fi
+  commit=$(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo null)
+  printf '{"what": "%s", "seconds": %s, "go_packages": %s, "finished": "%s", "commit": "%s", "cores": %s, "load1": %s}\n' \
+    "${what//\"/}" "$seconds" "${packages:-null}" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$commit" "$(nproc)" "$load" \
+    >>"$TFJOB_CACHE_DIR/tool-builds.jsonl" 2>/dev/null || true
 }
 
 # Builds into <dir>.tmp and renames, so an interrupted build never leaves a
@@ -116,12 +152,18 @@ run_e2e_on_a_cluster() {
 
 # Installs Debian packages with apt-get, from the machine's package registry:
 # the harness's few system tools (socat, the real node's runtime) that are
-# not built into the cache. Waits for another apt-get's lock rather than fail.
+# not built into the cache, the image tools (make image-tools). Waits for
+# another apt-get's lock rather than fail. As root, or through sudo.
 apt_install() {
   command -v apt-get >/dev/null || die "missing $* and no apt-get: install them (Debian package names)"
+  local sudo=()
+  if ((EUID != 0)); then
+    command -v sudo >/dev/null || die "missing $*: installing them takes root (apt-get) and there is no sudo: install them as root, then run this again"
+    sudo=(sudo)
+  fi
   log "installing Debian packages: $*"
-  apt-get -o DPkg::Lock::Timeout=300 update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "$@" >/dev/null
+  "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=300 update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
 # ---------------------------------------------------------------- components

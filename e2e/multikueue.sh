@@ -195,7 +195,7 @@ cmd_down() {
 cmd_up() {
   local start=$SECONDS
   cmd_down
-  trap 'log "multikueue.sh up failed: stopping what was started"; cmd_down' ERR
+  trap 'report_failure; if ((BASHPID == $$)); then log "multikueue.sh up failed: stopping what was started"; cmd_down; fi' ERR
   log "starting the manager and the worker control planes"
   on manager cluster.sh up >/dev/null
   on worker cluster.sh up >/dev/null
@@ -211,7 +211,7 @@ cmd_up() {
   proxy_start
   write_worker_kubeconfig
   connect
-  trap - ERR
+  trap report_failure ERR
   log "MultiKueue up in $((SECONDS - start)) s: manager $MANAGER, worker $WORKER (through 127.0.0.1:$(cat "$BASE/proxy.port"))"
 }
 

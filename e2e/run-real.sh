@@ -62,7 +62,7 @@ import_images() {
   done
 }
 
-step "tools (control plane)" bash "$E2E_DIR/tools.sh"
+step "tools (control plane, Helm)" bash "$E2E_DIR/tools.sh" core helm
 step "tools (real node)" bash "$E2E_DIR/real-node/tools.sh"
 step "operator image (make image)" make -C "$REPO_DIR" --no-print-directory image
 if cluster_is_up; then bash "$E2E_DIR/cluster.sh" down; fi

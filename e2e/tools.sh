@@ -1,5 +1,22 @@
 #!/usr/bin/env bash
-# Builds (or reuses from the cache) every binary the local control plane runs:
+# Builds (or reuses from the cache) the binaries the local control plane and
+# the checks around it run, by named set, so each target builds only what it
+# runs (a cold Prometheus server is minutes the demo never uses):
+#
+#   bash e2e/tools.sh core        etcd, one Kubernetes (KUBE_VERSION), KWOK: the control plane
+#                                 (make demo, cluster-up's base, test-faults, benches)
+#   bash e2e/tools.sh helm        Helm 3, stamped for KUBE_VERSION's minor (the e2e suite, chart-lint)
+#   bash e2e/tools.sh helm4       Helm 4 (chart-lint lints and renders with both majors)
+#   bash e2e/tools.sh promtool    promtool alone (rules-check)
+#   bash e2e/tools.sh prometheus  the Prometheus server and promtool (the e2e suite's
+#                                 observability tests, test-observability, dashboard-pictures)
+#   bash e2e/tools.sh kueue       Kueue (the e2e suite's Kueue phases, e2e-multikueue, kueue-up)
+#   bash e2e/tools.sh jaeger      Jaeger (test-observability)
+#   bash e2e/tools.sh [all]       core helm helm4 prometheus kueue, and jaeger with
+#                                 TFJOB_WITH_JAEGER=1: everything `make test` runs
+# Several sets may be named at once (`bash e2e/tools.sh core helm`).
+#
+# Where each comes from:
 #   etcd                        from the crates.io crate etcd-bin-vendored (cargo fetch, no compile)
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 #                               from k8s.io/kubernetes via the wrapper module e2e/k8s/$KUBE_VERSION
@@ -7,20 +24,24 @@
 #                               node, e2e/real-node/tools.sh, and not built here)
 #   kwok                        go install sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION
 #   helm                        go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION
-#   helm4                       go install helm.sh/helm/v4/cmd/helm@$HELM4_VERSION (make chart-lint
-#                               lints and renders the chart with both majors)
-#   prometheus, promtool        go install github.com/prometheus/prometheus/cmd/...@$PROMETHEUS_VERSION
+#   helm4                       go install helm.sh/helm/v4/cmd/helm@$HELM4_VERSION
+#   prometheus, promtool        go install github.com/prometheus/prometheus/cmd/...@$PROMETHEUS_VERSION,
+#                               each on its own when only one is asked for (same directory; each
+#                               binary lands whole or not at all)
 #   kueue                       go install sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION (e2e/kueue.sh runs it;
 #                               its CRDs and webhook manifests are read from the module cache at run time)
 #   jaeger                      github.com/jaegertracing/jaeger/cmd/jaeger@$JAEGER_VERSION via the wrapper
 #                               module e2e/jaeger (go build; make test-observability sends it the
 #                               operator's OTLP traces)
 # Versions are pinned in e2e/versions.env; each tool lands in
-# $TFJOB_CACHE_DIR/tools/<tool>-<version>/ and is never rebuilt while that
-# directory exists. A cold run compiles Kubernetes: roughly 5-15 minutes on 2 cores
-# (Kueue adds about 3 more).
-# Prints nothing but progress; `bash e2e/tools.sh --bin-dir` prints the bin dir,
-# `--kueue-bin` the Kueue binary (TFJOB_KUEUE_BIN, when set, names another one),
+# $TFJOB_CACHE_DIR/tools/<tool>-<version>/ and is never rebuilt while its
+# binaries are there. Go tools are built with -trimpath and without debug
+# information or symbols (-ldflags "-s -w"). Each build's seconds are appended
+# to $TFJOB_CACHE_DIR/tool-builds.jsonl (lib.sh, with_progress), so a cold run
+# can be recorded.
+# Prints nothing but progress; `bash e2e/tools.sh --bin-dir` prints the bin dir
+# (links to whatever has been built of this set of versions), `--kueue-bin`
+# the Kueue binary (TFJOB_KUEUE_BIN, when set, names another one),
 # `--jaeger-bin` the Jaeger binary.
 set -euo pipefail
 export LOG_TAG=tools
@@ -136,32 +157,41 @@ build_helm4() {
   finish "$dir"
 }
 
-link_helm4() { ln -sf "$(helm4_dir)/bin/helm" "$(bin_dir)/helm4"; }
-
 prometheus_dir() { echo "$TOOLS_DIR/prometheus-$PROMETHEUS_VERSION"; }
 
-# Prometheus and promtool: the chart's alert rules are checked and unit-tested
-# with promtool (make lint), and make test-observability scrapes with
-# Prometheus. Built without the web UI's assets (the HTTP API is all we use).
+# Prometheus and promtool, those of $@ not built yet: the chart's alert rules
+# are checked and unit-tested with promtool (make rules-check), and the
+# observability tests scrape with the Prometheus server. Both go to the same
+# directory (its layout predates building them apart), each checked on its own:
+# a directory with promtool alone is not a Prometheus. Each is built in a
+# directory of its own and renamed into place whole. Built without the web
+# UI's assets (the HTTP API is all we use) and without the service discovery
+# plugins the build tag remove_all_sd governs (the scrape configs are
+# static): Consul, GCE, Azure, ... are not compiled. Kubernetes' discovery
+# and client stay (promtool imports them directly: 840 packages for promtool
+# alone, 843 s at load 16, 2026-11-28).
 build_prometheus() {
-  local dir
+  local dir want=() b
   dir=$(prometheus_dir)
-  [[ -x "$dir/bin/prometheus" && -x "$dir/bin/promtool" ]] && return
-  log "building Prometheus $PROMETHEUS_VERSION and promtool (go install; ~4 min cold)"
-  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
+  for b in "$@"; do [[ -x "$dir/bin/$b" ]] || want+=("$b"); done
+  ((${#want[@]} > 0)) || return 0
+  local what="${want[*]}" tmp pkgs=()
+  what="${what// / and }"
+  tmp="$dir.tmp-${want[*]}"
+  tmp="${tmp// /-}"
+  log "building $what $PROMETHEUS_VERSION (go install; minutes cold)"
+  rm -rf "$tmp" && mkdir -p "$tmp/bin"
+  for b in "${want[@]}"; do pkgs+=("github.com/prometheus/prometheus/cmd/$b@$PROMETHEUS_VERSION"); done
   local ldflags="-s -w -X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION"
-  with_progress "building Prometheus $PROMETHEUS_VERSION" "$dir.tmp/build.log" \
-    env GOBIN="$dir.tmp/bin" go install -v -trimpath -ldflags "$ldflags" \
-    "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION" \
-    "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
-  prints "$PROMETHEUS_VERSION" "$dir.tmp/bin/promtool" --version || die "promtool was not stamped with $PROMETHEUS_VERSION"
-  finish "$dir"
-}
-
-# Not part of bin_dir's name (lib.sh): linked into whichever bin dir is current.
-link_prometheus() {
-  ln -sf "$(prometheus_dir)/bin/prometheus" "$(bin_dir)/prometheus"
-  ln -sf "$(prometheus_dir)/bin/promtool" "$(bin_dir)/promtool"
+  with_progress "building $what $PROMETHEUS_VERSION" "$tmp/build.log" \
+    env GOBIN="$tmp/bin" go install -v -trimpath -tags remove_all_sd -ldflags "$ldflags" "${pkgs[@]}"
+  for b in "${want[@]}"; do
+    prints "$PROMETHEUS_VERSION" "$tmp/bin/$b" --version || die "$b was not stamped with $PROMETHEUS_VERSION"
+  done
+  mkdir -p "$dir/bin"
+  for b in "${want[@]}"; do mv "$tmp/bin/$b" "$dir/bin/$b"; done
+  mv "$tmp/build.log" "$dir/build-${want[0]}.log"
+  rm -rf "$tmp"
 }
 
 kueue_dir() { echo "$TOOLS_DIR/kueue-$KUEUE_VERSION"; }
@@ -205,17 +235,54 @@ build_jaeger() {
   finish "$dir"
 }
 
+# Links what has been built of this set of versions into the bin dir (a
+# target that built only some sets finds only those there). Prometheus, Helm 4
+# and Kueue are not part of the bin dir's name (lib.sh); Kueue and Jaeger are
+# not linked (`--kueue-bin`, `--jaeger-bin`).
 link_bin_dir() {
   local dir
   dir=$(bin_dir)
   mkdir -p "$dir"
-  ln -sf "$(etcd_dir)/bin/etcd" "$dir/etcd"
+  link_if_built "$(etcd_dir)/bin/etcd" "$dir/etcd"
   local b
   for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
-    ln -sf "$(kube_dir)/bin/$b" "$dir/$b"
+    link_if_built "$(kube_dir)/bin/$b" "$dir/$b"
   done
-  ln -sf "$(kwok_dir)/bin/kwok" "$dir/kwok"
-  ln -sf "$(helm_dir)/bin/helm" "$dir/helm"
+  link_if_built "$(kwok_dir)/bin/kwok" "$dir/kwok"
+  link_if_built "$(helm_dir)/bin/helm" "$dir/helm"
+  link_if_built "$(helm4_dir)/bin/helm" "$dir/helm4"
+  link_if_built "$(prometheus_dir)/bin/prometheus" "$dir/prometheus"
+  link_if_built "$(prometheus_dir)/bin/promtool" "$dir/promtool"
+}
+
+link_if_built() {
+  if [[ -x "$1" ]]; then ln -sf "$1" "$2"; fi
+}
+
+# The sets (see the header); `all` is what `make test` runs.
+build_set() {
+  case "$1" in
+    core)
+      # Not `a && b`: set -e does not apply inside a function called there.
+      build_etcd
+      build_kubernetes
+      build_kwok
+      ;;
+    helm) build_helm ;;
+    helm4) build_helm4 ;;
+    promtool) build_prometheus promtool ;;
+    prometheus) build_prometheus prometheus promtool ;;
+    kueue) if [[ -z "${TFJOB_KUEUE_BIN:-}" ]]; then build_kueue; fi ;;
+    jaeger) if [[ -z "${TFJOB_JAEGER_BIN:-}" ]]; then build_jaeger; fi ;;
+    all)
+      local set
+      for set in core helm helm4 prometheus kueue; do build_set "$set"; done
+      # Jaeger only for `make test-observability`: about 6 minutes cold
+      # that `make test` does not spend.
+      if [[ "${TFJOB_WITH_JAEGER:-0}" == 1 ]]; then build_set jaeger; fi
+      ;;
+    *) die "no tool set '$1'" ;;
+  esac
 }
 
 main() {
@@ -231,6 +298,11 @@ main() {
     echo "${TFJOB_KUEUE_BIN:-$(kueue_dir)/bin/kueue}"
     return 0
   fi
+  local set
+  for set in "$@"; do
+    [[ " core helm helm4 promtool prometheus kueue jaeger all " == *" $set "* ]] \
+      || die "no tool set '$set': core, helm, helm4, promtool, prometheus, kueue, jaeger or all (e2e/tools.sh's header)"
+  done
   command -v go >/dev/null || die "go is needed to build the control plane (see docs/development.md, 'The local cluster')"
   command -v cargo >/dev/null || die "cargo is needed to fetch etcd"
   mkdir -p "$TOOLS_DIR"
@@ -246,21 +318,11 @@ main() {
     *) die "no etcd binary for $(uname -m) in etcd-bin-vendored" ;;
   esac
 
-  local start=$SECONDS
-  build_etcd
-  build_kubernetes
-  build_kwok
-  build_helm
-  build_helm4
-  build_prometheus
-  [[ -n "${TFJOB_KUEUE_BIN:-}" ]] || build_kueue
-  # Jaeger only for `make test-observability` (TFJOB_WITH_JAEGER=1): about 6
-  # minutes cold that `make test` does not spend.
-  if [[ "${TFJOB_WITH_JAEGER:-0}" == 1 && -z "${TFJOB_JAEGER_BIN:-}" ]]; then build_jaeger; fi
+  local start=$SECONDS sets=("$@")
+  ((${#sets[@]} > 0)) || sets=(all)
+  for set in "${sets[@]}"; do build_set "$set"; done
   link_bin_dir
-  link_prometheus
-  link_helm4
-  log "tools ready in $(bin_dir) ($((SECONDS - start)) s)"
+  log "tools ready in $(bin_dir): ${sets[*]} ($((SECONDS - start)) s)"
 }
 
 # One line, so bash has read all of it before running: editing this file

@@ -46,7 +46,9 @@ CREATED=1970-01-01T00:00:00Z
 # lists it (one apt-cache call: without a package cache, each costs seconds).
 deb_ids() {
   local ids
-  ids=$(apt-cache show --no-all-versions "$@" 2>/dev/null | awk '/^Package:/ {p=$2} /^Version:/ {v=$2} /^SHA256:/ {print p, v, $2}')
+  # On a fresh machine apt has no package lists yet: apt-cache fails, which
+  # is what the update below is for, not an error.
+  ids=$(apt-cache show --no-all-versions "$@" 2>/dev/null | awk '/^Package:/ {p=$2} /^Version:/ {v=$2} /^SHA256:/ {print p, v, $2}' || true)
   if [[ $(wc -l <<<"$ids") -lt $# || -z "$ids" ]]; then
     apt-get update -qq
     ids=$(apt-cache show --no-all-versions "$@" | awk '/^Package:/ {p=$2} /^Version:/ {v=$2} /^SHA256:/ {print p, v, $2}')

@@ -24,7 +24,7 @@
 set -euo pipefail
 export LOG_TAG=real-node
 # shellcheck source=e2e/lib.sh
-source "$(dirname "$0")/../lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 # shellcheck source=e2e/real-node/network.env
 source "$E2E_DIR/real-node/network.env"
 # shellcheck source=e2e/real-node/versions.env
@@ -54,8 +54,15 @@ stop_after_failed_start() {
 kubectl_admin() { "$BIN/kubectl" --kubeconfig "$D/kubeconfig" "$@"; }
 crictl_node() { "$RBIN/crictl" --runtime-endpoint "unix://$CTR_SOCK" --image-endpoint "unix://$CTR_SOCK" --timeout 20s "$@"; }
 ctr_node() { ctr --address "$CTR_SOCK" --namespace k8s.io "$@"; }
-# The network namespaces on the machine (containerd 1.6 keeps Pods' in /var/run/netns).
-netns_list() { find /var/run/netns -mindepth 1 -maxdepth 1 -printf '%f\n' 2>/dev/null | sort; }
+# The network namespaces on the machine (containerd 1.6 keeps Pods' in
+# /var/run/netns). Nothing creates that directory until the first one: on a
+# fresh machine it is absent, and the list is empty (`find` on a missing
+# directory fails, and under pipefail so would the list, and `up`).
+NETNS_DIR=/var/run/netns
+netns_list() {
+  [[ -d "$NETNS_DIR" ]] || return 0
+  find "$NETNS_DIR" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort
+}
 
 # ---------------------------------------------------------------- identities
 
@@ -506,6 +513,9 @@ cmd_status() {
   done
   return $rc
 }
+
+# Sourced (e2e/selftest.sh): the functions only.
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0
 
 BIN="$(bin_dir)"
 case "${1:-}" in

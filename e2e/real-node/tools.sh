@@ -8,7 +8,8 @@
 #                         uses (no forward: it cannot ask an upstream resolver), built from the
 #                         wrapper module e2e/real-node/coredns (its go.mod pins the version)
 #   containerd, runc, CNI plugins (bridge, host-local, loopback, portmap), iptables,
-#   conntrack, socat      Debian's packages, installed with apt-get when missing
+#   conntrack, socat, openssl, curl, procps, kmod
+#                         Debian's packages, installed with apt-get when missing
 # Each Go tool lands in $TFJOB_CACHE_DIR/tools/<tool>-<version>/ and is never
 # rebuilt while that directory exists; the node's bin dir links exactly this set.
 # `tools.sh --bin-dir` prints that bin dir; `tools.sh --is-warm` succeeds when
@@ -97,6 +98,13 @@ install_debian_packages() {
   command -v ip >/dev/null || missing+=(iproute2)
   command -v umoci >/dev/null || missing+=(umoci)
   command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+  # What node.sh itself calls, absent from a minimal image: the node's
+  # certificates, CoreDNS's readiness probe, sysctl and pgrep.
+  command -v openssl >/dev/null || missing+=(openssl)
+  command -v curl >/dev/null || missing+=(curl)
+  command -v sysctl >/dev/null || missing+=(procps)
+  command -v pgrep >/dev/null || missing+=(procps)
+  command -v modprobe >/dev/null || missing+=(kmod)
   ((${#missing[@]} == 0)) && return
   apt_install "${missing[@]}"
 }

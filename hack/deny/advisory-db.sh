@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Lays out the RustSec advisory database snapshot in ../shared/advisory-db so
-# that cargo-deny can read it offline, in place:
+# Lays out the RustSec advisory database snapshot in ../shared/advisory-db
+# (or $TFJOB_ADVISORY_DB: a snapshot, or a git checkout of the database) so
+# that cargo-deny can read it offline, in place (hack/deny/check.sh falls back
+# to cargo-deny's own fetch when there is none):
 #
 #   hack/deny/advisory-db.sh ROOT [SNAPSHOT_DIR]     prints ROOT, ready for
 #                                                     deny.toml's db-path
@@ -38,10 +40,14 @@ if [[ $root == --print-snapshot ]]; then
   echo "$snapshot"
   exit 0
 fi
-# "... snapshot of its git history at commit <sha> (YYYY-MM-DD)."
-day=$(sed -n 's/.*(\([0-9]\{4\}-[0-9]\{2\}-[0-9]\{2\}\)).*/\1/p' "$snapshot/SNAPSHOT" 2>/dev/null | head -n 1)
+# "... snapshot of its git history at commit <sha> (YYYY-MM-DD)."; a git
+# checkout (git clone of the database) instead has its last commit's day.
+day=$(sed -n 's/.*(\([0-9]\{4\}-[0-9]\{2\}-[0-9]\{2\}\)).*/\1/p' "$snapshot/SNAPSHOT" 2>/dev/null | head -n 1 || true)
+if [[ -z $day && -e $snapshot/.git ]]; then
+  day=$(git -C "$snapshot" log -1 --format=%cs 2>/dev/null || true)
+fi
 [[ -n $day ]] || {
-  echo "advisory-db: $snapshot/SNAPSHOT does not name the snapshot's day as (YYYY-MM-DD)" >&2
+  echo "advisory-db: neither $snapshot/SNAPSHOT names the snapshot's day as (YYYY-MM-DD) nor is $snapshot a git checkout" >&2
   exit 1
 }
 if [[ $root == --print-day ]]; then

@@ -16,7 +16,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/snapshot" "$work/dbs"
 cp -R "$snapshot/crates" "$work/snapshot/crates"
-cp "$snapshot/SNAPSHOT" "$work/snapshot/SNAPSHOT"
+# The copy's day is the database's (a snapshot's SNAPSHOT file, or a checkout's last commit).
+echo "A copy of $snapshot ($(bash "$repo/hack/deny/advisory-db.sh" --print-day))." >"$work/snapshot/SNAPSHOT"
 
 check() {
   TFJOB_ADVISORY_DB_PATH=$(bash "$repo/hack/deny/advisory-db.sh" "$work/dbs" "$work/snapshot") \

@@ -66,8 +66,10 @@
 //!    commit, command, machine and date, and in the benchmark docs every
 //!    other table is marked `<!-- unbacked: why -->`, visibly, or holds no
 //!    figures; the decimals in the prose of the docs listed in
-//!    [`results_prose::DOCS`] (today `docs/reliability.md`) are values of
-//!    the files their tables come from.
+//!    [`results_prose::DOCS`] (`docs/reliability.md`, `benchmarks.md`,
+//!    `scale.md`) are values of the files their tables come from, and a
+//!    measured decimal ("19.2 s") in a numbered chapter's prose is a value
+//!    of a results file the chapter links to.
 //! 10. **Kubeflow's texts** ([`compat`]): the compatibility doc lists every
 //!     message of `tfjob::messages::KUBEFLOW` and names each deliberate
 //!     difference.

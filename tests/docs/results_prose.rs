@@ -9,6 +9,12 @@
 //! tables): the suite's measurements are decimals, while its settings and
 //! bounds (30 s, 20 rounds, 42 cases) are integers the tests define.
 //! Version numbers (`v0.8`, `1.34.4`, `HTTP/1.1`) are not figures.
+//!
+//! The numbered chapters (`docs/00-…` on) render no results tables, and
+//! name versions with one dot ("Kubernetes 1.34"): there a figure is a
+//! decimal followed by a unit ("19.2 s", "0.22×"), and it must be a value of
+//! a results file the chapter links to. Integers are not checked (a
+//! chapter's "30 s" is a timeout the code sets, not a measurement).
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -23,6 +29,33 @@ pub const DOCS: &[&str] = &["docs/reliability.md", "docs/benchmarks.md", "docs/s
 
 /// The decimal numbers of a page's prose: `(line, number)`.
 pub fn prose_decimals(text: &str) -> Vec<(usize, String)> {
+    decimals_and_what_follows(text)
+        .into_iter()
+        .map(|(line, n, _)| (line, n))
+        .collect()
+}
+
+/// Units after which a decimal is a measurement.
+const UNITS: &[&str] = &[
+    " s", " ms", " min", " seconds", " minutes", "×", " MB", " MiB", " GB", "%",
+];
+
+/// The decimals of a page's prose that a unit follows: `(line, number)`.
+pub fn measured_decimals(text: &str) -> Vec<(usize, String)> {
+    decimals_and_what_follows(text)
+        .into_iter()
+        .filter(|(_, _, rest)| {
+            UNITS.iter().any(|unit| {
+                rest.strip_prefix(unit)
+                    .is_some_and(|after| !after.starts_with(|c: char| c.is_alphanumeric()))
+            })
+        })
+        .map(|(line, n, _)| (line, n))
+        .collect()
+}
+
+/// Each decimal of a page's prose: `(line, number, the rest of its line)`.
+fn decimals_and_what_follows(text: &str) -> Vec<(usize, String, String)> {
     let mut out = Vec::new();
     for (line, prose) in code_free_lines(text) {
         if prose.trim_start().starts_with('|') {
@@ -49,7 +82,8 @@ pub fn prose_decimals(text: &str) -> Vec<(usize, String)> {
             let after_version_mark =
                 start > 0 && (chars[start - 1].is_ascii_alphanumeric() || chars[start - 1] == '/');
             if token.matches('.').count() == 1 && !after_version_mark {
-                out.push((line, token.to_owned()));
+                let rest: String = chars[i..].iter().collect();
+                out.push((line, token.to_owned(), rest));
             }
         }
     }
@@ -104,6 +138,103 @@ pub fn strays(root: &Path, doc: &str, text: &str) -> Result<Vec<String>, String>
         .filter(|(_, n)| !known.contains(n))
         .map(|(line, n)| format!("{doc}:{line}: {n} is in none of {files:?}"))
         .collect())
+}
+
+/// The numbered chapters, `docs/NN-….md`.
+fn chapters(root: &Path) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .expect("a readable docs/")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| {
+            name.ends_with(".md")
+                && name.len() > 3
+                && name[..2].chars().all(|c| c.is_ascii_digit())
+                && name[2..].starts_with('-')
+        })
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The results files a page links to (`../benches/results/<name>.json`),
+/// as paths from the repository's root.
+fn linked_results(text: &str) -> BTreeSet<String> {
+    text.match_indices("benches/results/")
+        .filter_map(|(at, _)| {
+            let rest = &text[at..];
+            let end = rest
+                .find(|c: char| c == ')' || c == '`' || c == '"' || c.is_whitespace())
+                .unwrap_or(rest.len());
+            rest[..end]
+                .ends_with(".json")
+                .then(|| rest[..end].to_owned())
+        })
+        .collect()
+}
+
+/// The measured figures of a chapter's prose (`measured_decimals`) that
+/// none of the results files it links to holds, one line each, or why a
+/// file could not be read.
+pub fn chapter_strays(root: &Path, doc: &str, text: &str) -> Result<Vec<String>, String> {
+    let files = linked_results(text);
+    let mut known = BTreeSet::new();
+    for file in &files {
+        let raw =
+            std::fs::read_to_string(root.join(file)).map_err(|e| format!("{doc}: {file}: {e}"))?;
+        let parsed: Value =
+            serde_json::from_str(&raw).map_err(|e| format!("{doc}: {file}: not JSON: {e}"))?;
+        numbers(&parsed, &mut known);
+    }
+    Ok(measured_decimals(text)
+        .into_iter()
+        .filter(|(_, n)| !known.contains(n))
+        .map(|(line, n)| {
+            format!("{doc}:{line}: {n} is in none of the results files it links to {files:?}")
+        })
+        .collect())
+}
+
+#[test]
+fn results_the_measured_figures_in_the_chapters_prose_are_in_results_files_they_link() {
+    let root = repo_root();
+    let chapters = chapters(&root);
+    assert!(chapters.len() > 10, "the chapters: {chapters:?}");
+    let mut problems = Vec::new();
+    for doc in &chapters {
+        let text = std::fs::read_to_string(root.join(doc)).expect("a readable chapter");
+        match chapter_strays(&root, doc, &text) {
+            Ok(found) => problems.extend(found),
+            Err(e) => problems.push(e),
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "measured figures in the chapters that no results file they link holds (link the file, or say it in words):\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn results_prose_a_chapter_figure_no_linked_results_file_holds_is_reported() {
+    let dir = std::env::temp_dir().join(format!("tfjob-chapter-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("benches/results")).expect("a temp dir");
+    let file = serde_json::json!({"results": {"running_s": 19.2137, "ratio": 0.2231}});
+    std::fs::write(dir.join("benches/results/r.json"), file.to_string()).expect("write");
+    let text = "On Kubernetes 1.34 with client-go 0.23, ours took 19.2 s, 0.22× \
+                ([r](../benches/results/r.json)).\n\
+                Without it, 407.5 s and 3.5×; 1.05 seconds; a 2.5 GB disk.\n\
+                `0.33 s` in code, 30 s an integer, 2.5 sessions no unit.\n";
+    let found = chapter_strays(&dir, "c.md", text).expect("the file reads");
+    assert_eq!(
+        found,
+        ["407.5", "3.5", "1.05", "2.5"]
+            .map(|n| format!(
+                "c.md:2: {n} is in none of the results files it links to {{\"benches/results/r.json\"}}"
+            ))
+            .to_vec()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
