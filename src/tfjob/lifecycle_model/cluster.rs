@@ -331,12 +331,25 @@ impl World {
     }
 
     /// Remembers the slots a pass saw succeed.
+    /// Only an index the job (as the pass saw it) still has counts: one
+    /// scaled away before it succeeded is no longer the job's.
     pub fn saw_pods(&mut self) {
+        let workers = self
+            .cache
+            .job
+            .spec
+            .tf_replica_specs
+            .get("Worker")
+            .and_then(|w| w.replicas)
+            .unwrap_or(1);
         for pod in self.cache.pods.values() {
             let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
             let succeeded = phase == Some("Succeeded");
-            if succeeded && let Some(slot) = replica_of(&pod.metadata) {
-                self.facts.succeeded_slots.insert(slot);
+            if succeeded
+                && let Some((rtype, index)) = replica_of(&pod.metadata)
+                && (rtype != ReplicaType::Worker || index < workers)
+            {
+                self.facts.succeeded_slots.insert((rtype, index));
             }
         }
     }
