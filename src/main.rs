@@ -19,7 +19,7 @@ use tfjob_operator::observability::metrics_tls::MetricsTls;
 use tfjob_operator::observability::otlp::{self, TracesConfig};
 use tfjob_operator::observability::trace_ui::TraceUi;
 use tfjob_operator::runtime::cache::factory::InformerFactory;
-use tfjob_operator::runtime::client::fence::{WriteFence, WriteFenceLayer};
+use tfjob_operator::runtime::client::fence::WriteFence;
 use tfjob_operator::runtime::client::metrics::RestClientMetricsLayer;
 use tfjob_operator::runtime::client::rate_limit::ClientRateLimits;
 use tfjob_operator::runtime::client::span_status::SpanStatusLayer;
@@ -191,7 +191,9 @@ async fn run(
     let rest_metrics = RestClientMetricsLayer::new(host);
     let timeout = RequestTimeoutLayer::new(Duration::from_secs(args.kube_api_timeout_seconds));
     // With leader election, writes go out only while our Lease is fresh
-    // (runtime::client::fence): a leader frozen and woken cannot write.
+    // (runtime::client::fence), checked as each attempt is sent
+    // (client_builder puts it under the retries): a leader frozen and woken
+    // cannot write.
     let fence = if args.leader_elect {
         WriteFence::new()
     } else {
@@ -215,15 +217,16 @@ async fn run(
     // fence is counted too.
     // HTTP/2 with client-go's 30 s + 15 s ping health check (runtime::client::connect).
     let api_client = || -> anyhow::Result<kube::Client> {
-        Ok(
-            tfjob_operator::runtime::client::connect::client_builder(config.clone(), &window)?
-                .with_layer(&WriteFenceLayer::new(fence.clone()))
-                .with_layer(&timeout)
-                .with_layer(&rest_metrics)
-                .with_layer(&SpanStatusLayer)
-                .with_layer(&limits.for_client())
-                .build(),
-        )
+        Ok(tfjob_operator::runtime::client::connect::client_builder(
+            config.clone(),
+            &window,
+            &fence,
+        )?
+        .with_layer(&timeout)
+        .with_layer(&rest_metrics)
+        .with_layer(&SpanStatusLayer)
+        .with_layer(&limits.for_client())
+        .build())
     };
     let client = api_client()?;
     let children_client = api_client()?;

@@ -12,8 +12,12 @@
 //! module builds the same stack (TLS and auth from kube's `Config`, kube's
 //! base-URI, auth and extra-header layers) on a connector that offers
 //! `h2` and `http/1.1`, with our own retry policy in place of kube's
-//! (`client/retry_after.rs`) and a window on requests in flight inside it
-//! (`client/window.rs`). The API server picks `h2`, and then:
+//! (`client/retry_after.rs`), a window on requests in flight inside it
+//! (`client/window.rs`), and the leader's write fence (`client/fence.rs`)
+//! last, right above the connection, so that every attempt is checked when it
+//! is sent: a write parked in a `Retry-After` (up to 32 s) or queued for room
+//! in the window is refused if our Lease lapsed meanwhile, as it does for a
+//! leader frozen by SIGSTOP. The API server picks `h2`, and then:
 //!
 //! - a PING goes out when nothing was read for [`PING_INTERVAL`] (30 s), and
 //!   the connection with every stream on it fails when the PING is not
@@ -36,6 +40,9 @@
 //! plain `http://` server (no TLS, so no ALPN), are spoken to in HTTP/1.1 as
 //! before. With a `proxy-url` in the kubeconfig the
 //! stack is kube's own (HTTP/1.1): its proxy tunnels are not rebuilt here.
+//! Its retries cannot be reached from outside, so under leader election
+//! they are turned off and the fence goes around it: with nothing queued
+//! inside, the check at the edge is the check at send time.
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -47,10 +54,11 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::{Body, ClientBuilder, ConfigExt, DynBody};
 use tower::retry::RetryLayer;
 
+use super::fence::{WriteFence, WriteFenceLayer};
 use super::retry_after::RetryAfterPolicy;
 use super::window::{Window, WindowLayer};
 use tower::util::BoxService;
-use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
+use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 
 /// client-go's `ReadIdleTimeout`: ping after this long without a frame.
 pub const PING_INTERVAL: Duration = Duration::from_secs(30);
@@ -62,19 +70,30 @@ pub type ApiService = BoxService<http::Request<Body>, http::Response<Box<DynBody
 
 /// A [`ClientBuilder`] for `config` whose connection speaks HTTP/2 with
 /// keep-alive pings when the server agrees (see the module doc), sending
-/// through `window` (`client/window.rs`). Give every client of the process
-/// the same window: API Priority and Fairness classifies requests by who
-/// sends them, so all of one identity's clients share one priority level's
-/// seats and queue, and a 429 to one of them is news for all.
+/// through `window` (`client/window.rs`) and, at each attempt, past `fence`
+/// (`client/fence.rs`). Give every client of the process the same window:
+/// API Priority and Fairness classifies requests by who sends them, so all
+/// of one identity's clients share one priority level's seats and queue,
+/// and a 429 to one of them is news for all.
 pub fn client_builder(
-    config: kube::Config,
+    mut config: kube::Config,
     window: &Arc<Window>,
+    fence: &WriteFence,
 ) -> Result<ClientBuilder<ApiService>, kube::Error> {
     if config.proxy_url.is_some() {
         tracing::warn!(
             "a proxy-url is configured: using kube's HTTP/1.1 client, so a dead connection is noticed only at a request's deadline"
         );
-        return ClientBuilder::try_from(config);
+        if fence.is_open() {
+            return ClientBuilder::try_from(config);
+        }
+        tracing::warn!(
+            "a proxy-url is configured with leader election: requests the API server asks to retry later are not retried, so that no write goes out after our Lease lapsed"
+        );
+        config.default_retry = false;
+        let fence = WriteFenceLayer::new(fence.clone());
+        return Ok(ClientBuilder::try_from(config)?
+            .with_layer(&tower::layer::layer_fn(|inner| fence.layer(inner).boxed())));
     }
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -103,7 +122,25 @@ pub fn client_builder(
             .http2_keep_alive_timeout(PING_TIMEOUT)
             .http2_keep_alive_while_idle(true)
             .build(https);
-    let service = ServiceBuilder::new()
+    let service = over_connection(&config, window, fence, client)?;
+    Ok(ClientBuilder::new(service, config.default_namespace))
+}
+
+/// The layers between kube's `Client` and `connection`, outermost first.
+fn over_connection<C, B>(
+    config: &kube::Config,
+    window: &Arc<Window>,
+    fence: &WriteFence,
+    connection: C,
+) -> Result<ApiService, kube::Error>
+where
+    C: Service<http::Request<Body>, Response = http::Response<B>> + Clone + Send + 'static,
+    C::Future: Send + 'static,
+    C::Error: Into<BoxError>,
+    B: http_body::Body<Data = bytes::Bytes> + Send + Unpin + 'static,
+    B::Error: Into<BoxError>,
+{
+    Ok(ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(
             config
@@ -115,13 +152,15 @@ pub fn client_builder(
         .layer(WindowLayer::new(Arc::clone(window)))
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
-        .map_err(BoxError::from)
-        .service(client)
+        // Last before the connection, inside the retries and the window:
+        // an attempt that waited there is checked when it is sent.
+        .layer(WriteFenceLayer::new(fence.clone()))
+        .service(connection)
         .map_response(|response| {
-            response.map(|body| Box::new(body.map_err(BoxError::from)) as Box<DynBody>)
+            response
+                .map(|body| Box::new(body.map_err(|e| -> BoxError { e.into() })) as Box<DynBody>)
         })
-        .boxed();
-    Ok(ClientBuilder::new(service, config.default_namespace))
+        .boxed())
 }
 
 /// Connecting (TCP and the TLS handshake) took longer than kube's connect
@@ -172,7 +211,168 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::client::fence::NotLeader;
+    use crate::runtime::client::window::MAX_IN_FLIGHT;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::time::Instant;
+
+    type Answer = http::Response<http_body_util::Full<bytes::Bytes>>;
+
+    fn answer(status: u16, retry_after: Option<u64>, body: serde_json::Value) -> Answer {
+        let mut answer = http::Response::builder()
+            .status(status)
+            .header("content-type", "application/json");
+        if let Some(seconds) = retry_after {
+            answer = answer.header("Retry-After", seconds.to_string());
+        }
+        answer
+            .body(body.to_string().into())
+            .expect("a valid response")
+    }
+
+    fn created(name: &str) -> Answer {
+        answer(
+            201,
+            None,
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}),
+        )
+    }
+
+    fn too_many_requests(retry_after: u64) -> Answer {
+        answer(
+            429,
+            Some(retry_after),
+            serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "TooManyRequests", "code": 429}),
+        )
+    }
+
+    /// A client over our stack whose connection is `server`, writing
+    /// ConfigMaps into namespace `a`.
+    fn configmaps<S>(server: S, window: &Arc<Window>, fence: &WriteFence) -> Api<ConfigMap>
+    where
+        S: Service<http::Request<Body>, Response = Answer, Error = std::convert::Infallible>
+            + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        let config = kube::Config::new("http://127.0.0.1:6443".parse().expect("a URL"));
+        let service = over_connection(&config, window, fence, server).expect("the stack");
+        Api::namespaced(ClientBuilder::new(service, "a").build(), "a")
+    }
+
+    fn configmap(name: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn refused_by_the_fence(err: &kube::Error) -> bool {
+        matches!(err, kube::Error::Service(e) if e.downcast_ref::<NotLeader>().is_some())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_parked_in_a_retry_after_is_not_sent_again_once_the_lease_lapsed() {
+        // The server asks to retry in 5 s; the Lease lapses 2 s in.
+        let sent = Arc::new(AtomicUsize::new(0));
+        let server = {
+            let sent = Arc::clone(&sent);
+            tower::service_fn(move |_request: http::Request<Body>| {
+                let first = sent.fetch_add(1, Ordering::SeqCst) == 0;
+                async move {
+                    Ok::<_, std::convert::Infallible>(if first {
+                        too_many_requests(5)
+                    } else {
+                        created("c")
+                    })
+                }
+            })
+        };
+        let fence = WriteFence::new();
+        fence.grant_until(Instant::now() + Duration::from_secs(2));
+        let api = configmaps(server, &Window::new(MAX_IN_FLIGHT), &fence);
+        let start = Instant::now();
+        let err = api
+            .create(&PostParams::default(), &configmap("c"))
+            .await
+            .expect_err("the retry comes after the Lease lapsed");
+        assert!(refused_by_the_fence(&err), "{err}");
+        assert_eq!(
+            sent.load(Ordering::SeqCst),
+            1,
+            "the retry must not reach the server"
+        );
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(5),
+            "refused at the retry"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_queued_for_room_in_the_window_is_not_sent_once_the_lease_lapsed() {
+        // One request at a time; the first is answered after 5 s, the
+        // Lease lapses 2 s in, while the second waits for room.
+        let sent = Arc::new(AtomicUsize::new(0));
+        let server = {
+            let sent = Arc::clone(&sent);
+            tower::service_fn(move |_request: http::Request<Body>| {
+                sent.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    Ok::<_, std::convert::Infallible>(created("c"))
+                }
+            })
+        };
+        let fence = WriteFence::new();
+        fence.grant_until(Instant::now() + Duration::from_secs(2));
+        let api = configmaps(server, &Window::new(1), &fence);
+        let params = PostParams::default();
+        let (one, two) = (configmap("first"), configmap("second"));
+        let (first, second) = tokio::join!(api.create(&params, &one), async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            api.create(&params, &two).await
+        });
+        assert!(first.is_ok(), "sent while the Lease was fresh: {first:?}");
+        let err = second.expect_err("room came after the Lease lapsed");
+        assert!(refused_by_the_fence(&err), "{err}");
+        assert_eq!(
+            sent.load(Ordering::SeqCst),
+            1,
+            "the queued write must not reach the server"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reads_and_writes_under_a_fresh_lease_go_through_the_stack_and_its_retries() {
+        let sent = Arc::new(AtomicUsize::new(0));
+        let server = {
+            let sent = Arc::clone(&sent);
+            tower::service_fn(move |_request: http::Request<Body>| {
+                let first = sent.fetch_add(1, Ordering::SeqCst) == 0;
+                async move {
+                    Ok::<_, std::convert::Infallible>(if first {
+                        too_many_requests(1)
+                    } else {
+                        created("c")
+                    })
+                }
+            })
+        };
+        let fence = WriteFence::new();
+        fence.grant_until(Instant::now() + Duration::from_secs(10));
+        let api = configmaps(server, &Window::new(MAX_IN_FLIGHT), &fence);
+        api.create(&PostParams::default(), &configmap("c"))
+            .await
+            .expect("retried after 1 s, well within the Lease");
+        assert_eq!(sent.load(Ordering::SeqCst), 2);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_connect_whose_handshake_never_ends_fails_at_the_connect_timeout() {

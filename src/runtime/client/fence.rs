@@ -11,6 +11,13 @@
 //! clock, which keeps counting while a process is frozen — so a woken leader
 //! cannot write, whatever order its tasks run in.
 //!
+//! The check sits last in the client's stack, right above the connection
+//! (`connect.rs`), under the retries and the window on requests in flight:
+//! an attempt is checked when it is sent, not when it was asked for. In
+//! front of them, a write parked in a `Retry-After` (up to 32 s) or queued
+//! for room went out after the Lease had lapsed, with no check: exactly
+//! what a leader woken from SIGSTOP has in flight.
+//!
 //! What counts as a write: any method but GET, HEAD and OPTIONS. Requests to
 //! `coordination.k8s.io` (the Lease itself) pass: renewing is how a leader
 //! stays one. So do TokenReviews and SubjectAccessReviews
@@ -63,6 +70,11 @@ impl WriteFence {
         if until.is_none_or(|u| u < deadline) {
             *until = Some(deadline);
         }
+    }
+
+    /// Whether this fence never refuses ([`Self::open`]).
+    pub fn is_open(&self) -> bool {
+        self.open
     }
 
     /// Refuses writes from now on (stepped down or lost the Lease).

@@ -14,7 +14,9 @@
 //!   client-go's typed clientsets use it;
 //! - [`unread`]: creates whose answer is not read back into an object;
 //! - [`discovery`]: which versions of an API group serve a resource, asked
-//!   at startup (client-go's `discovery`).
+//!   at startup (client-go's `discovery`);
+//! - [`namespace_gone`]: a write refused because its namespace is being
+//!   deleted or is gone, which no retry changes.
 //!
 //! Chapter: `docs/11-client-cache-recorder.md`; protobuf in
 //! `docs/01-reflector.md` and `docs/benchmarks.md`.
@@ -24,6 +26,7 @@ pub mod connect;
 pub mod discovery;
 pub mod fence;
 pub mod metrics;
+pub mod namespace_gone;
 pub mod protobuf;
 pub mod rate_limit;
 pub mod retry_after;

@@ -10,6 +10,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use super::EventRecord;
 use super::correlator::Decision;
+use crate::runtime::client::namespace_gone::is_namespace_gone;
 use crate::runtime::client::unread;
 
 /// Where events are written (client-go `record.EventSink`).
@@ -101,6 +102,13 @@ impl EventError {
                 | kube::Error::HttpError(_)
                 | kube::Error::Auth(_)
         )
+    }
+
+    /// Whether the server refused it because the Event's namespace is being
+    /// deleted or is gone ([`namespace_gone`](crate::runtime::client::namespace_gone)).
+    pub fn is_namespace_gone(&self) -> bool {
+        let (Self::Create { source, .. } | Self::Patch { source, .. }) = self;
+        is_namespace_gone(source)
     }
 }
 

@@ -257,6 +257,11 @@ impl EventBroadcaster {
                         },
                         due: Instant::now() + WRITE_RETRY_PAUSE,
                     });
+                } else if error.is_namespace_gone() {
+                    // client-go's recorder drops these quietly too: the
+                    // object and its Events go with the namespace.
+                    self.metrics.failed.inc();
+                    tracing::debug!(error = %error, object = %event.display_object(), reason = %event.reason, "event not written: its namespace is being deleted");
                 } else {
                     self.metrics.failed.inc();
                     let why = if error.is_retryable() {

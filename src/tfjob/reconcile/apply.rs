@@ -13,6 +13,7 @@ use crate::api::constants::event;
 use crate::api::defaults::normalize;
 use crate::api::types::TFJob;
 use crate::runtime::cache::key::ObjectKey;
+use crate::runtime::client::namespace_gone::is_namespace_gone;
 use crate::runtime::client::span_status::write_span;
 use crate::runtime::client::unread;
 
@@ -208,6 +209,15 @@ impl TfJobReconciler {
             Ok(()) => Ok(Some(name)),
             Err(e) if is_status(&e, 409) => {
                 self.expectations.creation_failed(key);
+                Ok(None)
+            }
+            // The namespace is being deleted (or is gone): every create in
+            // it fails, and the job's own delete is on its way. Not an error
+            // to retry with backoff, and the expectation stays raised, so
+            // the job tries no more creates until it is dropped (as the Job
+            // and ReplicaSet controllers do on `NamespaceTerminating`).
+            Err(e) if is_namespace_gone(&e) => {
+                tracing::debug!(job = %key, %kind, child = %name, "not created: the namespace is being deleted");
                 Ok(None)
             }
             Err(source) => {
