@@ -62,7 +62,7 @@ kueue_up() {
 
 # The Kueue filters per mode: the shared scenarios in both, the Workload-mode ones without the built-in.
 KUEUE_TESTS_BUILTIN=(kueue::)
-KUEUE_TESTS_WORKLOAD=(kueue:: kueue_workload::)
+KUEUE_TESTS_WORKLOAD=(kueue:: kueue_workload:: kueue_discovery::)
 
 # Runs the Kueue tests with Kueue in mode $1, once: a failure fails the suite.
 # (Kueue used to be retried on a fresh process here: it admitted nothing for up
@@ -269,7 +269,7 @@ main() {
   log "running the e2e tests (--test-threads=$E2E_TEST_THREADS)"
   # The Jaeger test runs in `make test-observability` (which builds Jaeger).
   cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" --skip kueue:: \
-    --skip kueue_workload:: --skip observability::traces:: || rc=$?
+    --skip kueue_workload:: --skip kueue_discovery:: --skip observability::traces:: || rc=$?
   # Kueue starts only now, for its tests on their own, after the tests that
   # restart the API server: each such restart restarts Kueue too when it runs
   # (e2e/kueue.sh restart), which would only lengthen them.
