@@ -269,7 +269,7 @@ main() {
   log "running the e2e tests (--test-threads=$E2E_TEST_THREADS)"
   # The Jaeger test runs in `make test-observability` (which builds Jaeger).
   cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" --skip kueue:: \
-    --skip kueue_workload:: --skip kueue_discovery:: --skip observability::traces:: || rc=$?
+    --skip kueue_workload:: --skip observability::traces:: || rc=$?
   # Kueue starts only now, for its tests on their own, after the tests that
   # restart the API server: each such restart restarts Kueue too when it runs
   # (e2e/kueue.sh restart), which would only lengthen them.
