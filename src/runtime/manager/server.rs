@@ -122,7 +122,7 @@ impl Readiness {
     }
 
     /// The verdict's text followed by the detail lines.
-    fn body(&self, verdict: &str) -> String {
+    pub fn body(&self, verdict: &str) -> String {
         let details = self.details.read().unwrap_or_else(|p| p.into_inner());
         std::iter::once(verdict)
             .chain(details.iter().map(String::as_str))

@@ -216,3 +216,93 @@ fn the_view_switches_on_with_its_caches_and_the_plan_sees_the_gang_of_now() {
     assert!(reader.pod_groups().is_some());
     assert!(reader.workloads().is_some() && reader.flavors().is_some());
 }
+
+/// A discovery of `modes` against `client`, and the `/readyz` it fills.
+fn discovery(
+    client: kube::Client,
+    modes: (GangMode, KueueMode),
+) -> (
+    super::discovery::Discovery,
+    crate::runtime::manager::server::Readiness,
+    tokio_util::sync::CancellationToken,
+) {
+    use crate::runtime::workqueue::rate_limiter::default_controller_rate_limiter;
+    use crate::runtime::workqueue::rate_limiting::RateLimitingQueue;
+    let readiness = crate::runtime::manager::server::Readiness::new();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let discovery = super::discovery::Discovery::new(
+        modes,
+        OptionalApis::default(),
+        super::discovery::Wiring {
+            client: client.clone(),
+            factory: crate::runtime::cache::factory::InformerFactory::new(client),
+            namespace: None,
+            queue: RateLimitingQueue::new(default_controller_rate_limiter()),
+            jobs: Default::default(),
+        },
+        super::discovery::Lines {
+            gang: readiness.add_changing_detail("gang-scheduling: asking"),
+            kueue: readiness.add_changing_detail("kueue: asking"),
+        },
+        stop.clone(),
+    );
+    (discovery, readiness, stop)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_process_is_not_synced_until_the_server_answers_and_readyz_says_why_meanwhile() {
+    use crate::runtime::manager::Cache;
+    // 500 twice, then no Kueue at all; gangs off (not asked).
+    let asked = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&asked);
+    let client = scripted_client(move |_| {
+        if count.fetch_add(1, Ordering::SeqCst) < 2 {
+            status(500)
+        } else {
+            status(404)
+        }
+    });
+    let (discovery, readiness, stop) = discovery(client, (GangMode::Off, KueueMode::Auto));
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    discovery.start(shutdown.clone());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!discovery.has_synced(), "synced without an answer");
+    let why = readiness.body("caches not synced");
+    assert!(
+        why.contains("kueue: auto, could not ask the API server for kueue.x-k8s.io/v1beta2 Workloads (attempt 2: "),
+        "{why}"
+    );
+    tokio::time::timeout(Duration::from_secs(5), discovery.wait_for_sync())
+        .await
+        .expect("synced once answered");
+    let answered = readiness.body("ok");
+    assert!(
+        answered.contains("kueue: auto, no kueue.x-k8s.io Workloads served"),
+        "{answered}"
+    );
+    assert!(
+        answered.contains("gang-scheduling: off, not asked"),
+        "{answered}"
+    );
+    assert!(!stop.is_cancelled() && discovery.refused().is_none());
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn kueue_workload_mode_refuses_only_an_answer_and_stops_the_manager() {
+    use crate::runtime::manager::Cache;
+    let client = scripted_client(|_| status(404));
+    let (discovery, _, stop) = discovery(client, (GangMode::Off, KueueMode::Workload));
+    discovery.start(tokio_util::sync::CancellationToken::new());
+    tokio::time::timeout(Duration::from_secs(5), stop.cancelled())
+        .await
+        .expect("the manager is stopped");
+    assert!(!discovery.has_synced());
+    assert!(
+        discovery
+            .refused()
+            .is_some_and(|why| why.contains("--kueue=workload")),
+        "{:?}",
+        discovery.refused()
+    );
+}
