@@ -204,7 +204,9 @@ async fn a_leader_that_cannot_ask_for_kueue_waits_not_ready_and_never_runs_a_que
     // The leader goes; a new one starts into a server that refuses it
     // Kueue's discovery. The queued job is there before it.
     env.operator.kill();
-    env.submit("queued", 1, None).await;
+    // 3 workers of 1 cpu on a 2-cpu queue: Kueue never admits it, so it
+    // must stay held for good.
+    env.submit("queued", 3, None).await;
     let mut operator = Operator::start_with(&env.ns, &[], Some(kubeconfig));
     let port = operator.probe_port;
     let why = wait_until(
