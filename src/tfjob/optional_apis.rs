@@ -19,7 +19,10 @@
 //! PodGroups), the view is switched on once they have synced, and every job
 //! is reconciled again: a running job labelled with a queue then gets its
 //! Workload and is stopped until Kueue admits it, as Kueue's own reconciler
-//! stops a job that runs without an admitted Workload. Periodic discovery
+//! suspends a job that runs without a matching Workload (v0.17.0
+//! `pkg/controller/jobframework/reconciler.go`, `ensureOneWorkload`: "job
+//! with no matching workload, suspending"; Kueue creates the Workload only
+//! once no Pod is active, the gate here in the same pass). Periodic discovery
 //! rather than a watch on the CustomResourceDefinition
 //! `workloads.kueue.x-k8s.io`: PodGroups are a built-in API, not a CRD; a
 //! CRD exists before its API is served (discovery is what says it is); and
