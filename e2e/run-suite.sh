@@ -62,7 +62,7 @@ kueue_up() {
 
 # The Kueue filters per mode: the shared scenarios in both, the Workload-mode ones without the built-in.
 KUEUE_TESTS_BUILTIN=(kueue::)
-KUEUE_TESTS_WORKLOAD=(kueue:: kueue_workload:: kueue_discovery::)
+KUEUE_TESTS_WORKLOAD=(kueue:: kueue_workload::)
 
 # Runs the Kueue tests with Kueue in mode $1, once: a failure fails the suite.
 # (Kueue used to be retried on a fresh process here: it admitted nothing for up
