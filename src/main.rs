@@ -29,8 +29,6 @@ use tfjob_operator::runtime::manager::leader_election::LeaderElectionConfig;
 use tfjob_operator::runtime::manager::server::{HttpServer, SecureMetrics};
 use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
 use tfjob_operator::tfjob::controller::{Options, setup};
-use tfjob_operator::tfjob::gang;
-use tfjob_operator::tfjob::kueue;
 use tfjob_operator::tfjob::schema::{CRD_NAME, StatusSchema};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::Layer;
@@ -280,16 +278,6 @@ async fn run(
         tracing::info!(crd = CRD_NAME, "{note}");
         manager.readiness().add_detail(note);
     }
-    let gang = gang::detect(&client, args.gang_scheduling)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    tracing::info!(setting = ?gang.setting, "{}", gang.detail);
-    manager.readiness().add_detail(gang.detail.clone());
-    let kueue = kueue::detect(&client, args.kueue)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    tracing::info!(setting = ?kueue.setting, "{}", kueue.detail);
-    manager.readiness().add_detail(kueue.detail.clone());
     if args.metrics_secure {
         let tls = MetricsTls::new(args.metrics_cert_dir.as_deref())?;
         tracing::info!(
@@ -321,11 +309,13 @@ async fn run(
         status_schema,
         force_delete_stuck_after: (args.force_delete_stuck_pods_after_seconds > 0)
             .then(|| Duration::from_secs(args.force_delete_stuck_pods_after_seconds)),
-        gang: gang.setting,
-        kueue: kueue.setting,
+        // Asked once the manager runs (not ready until answered):
+        // tfjob::optional_apis.
+        gang: args.gang_scheduling,
+        kueue: args.kueue,
     };
     manager.set_event_client(events_client);
-    setup(
+    let discovery = setup(
         &mut manager,
         InformerFactory::new(client),
         &options,
@@ -342,6 +332,11 @@ async fn run(
         });
     }
     manager.run().await?;
+    // `--kueue=workload` or `--gang-scheduling=on` on a server that answered
+    // without the API: the manager was stopped before anything ran.
+    if let Some(why) = discovery.refused() {
+        anyhow::bail!(why);
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 
 use crate::api::constants::LABEL_JOB_NAME;
-use crate::api::pod_group::PodGroup;
 use crate::api::types::TFJob;
 use crate::runtime::cache::factory::{FactoryError, InformerFactory, WatchConfig};
 use crate::runtime::cache::informer::SharedInformer;
@@ -18,15 +17,16 @@ use crate::runtime::controller::{Action, Controller, ControllerError, ReconcileE
 use crate::runtime::manager::Manager;
 
 use super::cached::{CachedPod, CachedService, slim_status};
-use super::gang::GangScheduling;
-use super::kueue::Kueue;
-use super::kueue::api::{ResourceFlavor, Workload};
+use super::gang::{self, GangMode, GangScheduling};
+use super::kueue::KueueMode;
 use super::managed_by::ManagerMemory;
 use super::metrics::JobMetrics;
 use super::observer::ExpectationsObserver;
+use super::optional_apis::OptionalApis;
+use super::optional_apis::discovery::{Discovery, Lines, Wiring};
 use super::plan::PlanConfig;
 use super::read_your_writes::WrittenStatus;
-use super::reconcile::{JOB_NAME_INDEX, SyncError, TfJobReconciler, WORKLOAD_OWNER_INDEX};
+use super::reconcile::{JOB_NAME_INDEX, SyncError, TfJobReconciler};
 use super::schema::StatusSchema;
 use super::status_batch::DeferredStatus;
 
@@ -51,10 +51,11 @@ pub struct Options {
     pub status_schema: StatusSchema,
     /// See [`PlanConfig::force_delete_stuck_after`].
     pub force_delete_stuck_after: Option<std::time::Duration>,
-    /// Whether jobs get a PodGroup, decided at startup ([`super::gang`]).
-    pub gang: GangScheduling,
-    /// Whether the operator owns queued jobs' Kueue Workloads ([`super::kueue`]).
-    pub kueue: Kueue,
+    /// `--gang-scheduling`: what the server's answer makes of it
+    /// ([`super::gang`], [`super::optional_apis`]).
+    pub gang: GangMode,
+    /// `--kueue`: likewise ([`super::kueue`]).
+    pub kueue: KueueMode,
 }
 
 /// Why the controller could not be set up.
@@ -66,19 +67,15 @@ pub enum SetupError {
     Controller(#[from] ControllerError),
 }
 
-/// The informers the controller reads from.
+/// The informers the controller always reads from. Those of the optional
+/// APIs (PodGroups, Workloads, ResourceFlavors) are created when the API
+/// server is found to serve them ([`super::optional_apis`]): a server
+/// without the API has nothing to list, and `--gang-scheduling=off` or
+/// `--kueue=off` need no permission on them.
 pub struct Informers {
     pub jobs: SharedInformer<TFJob>,
     pub pods: SharedInformer<CachedPod>,
     pub services: SharedInformer<CachedService>,
-    /// Only when gangs are in use: a server without the API has nothing
-    /// to list, and `--gang-scheduling=off` needs no permission on them.
-    pub pod_groups: Option<SharedInformer<PodGroup>>,
-    /// Only with `--kueue=workload` (or `auto` finding Kueue): every
-    /// Workload in scope (the built-in's too: see `super::kueue::gate`),
-    /// and every ResourceFlavor.
-    pub workloads: Option<SharedInformer<Workload>>,
-    pub flavors: Option<SharedInformer<ResourceFlavor>>,
 }
 
 /// Creates the informers: TFJobs, and only the Pods and Services that carry
@@ -88,8 +85,6 @@ pub struct Informers {
 pub fn informers(
     factory: &InformerFactory,
     namespace: Option<&str>,
-    gang: GangScheduling,
-    kueue: Kueue,
 ) -> Result<Informers, FactoryError> {
     // Children are cached as their metadata and (Pods) the status the
     // controller reads, decoded without their specs: see `super::cached`.
@@ -104,51 +99,24 @@ pub fn informers(
     let services = factory.view_informer::<CachedService>(scope(Some(LABEL_JOB_NAME)));
     pods.add_index(JOB_NAME_INDEX, label_index_fn(LABEL_JOB_NAME));
     services.add_index(JOB_NAME_INDEX, label_index_fn(LABEL_JOB_NAME));
-    // Every PodGroup in scope, not only ours: a namesake's group must be
-    // seen before a job's Pods would join it (`super::gang::next_step`).
-    let pod_groups = gang
-        .enabled()
-        .then(|| factory.informer::<PodGroup>(scope(None)));
-    let workloads = kueue.enabled().then(|| {
-        let workloads = factory.informer::<Workload>(scope(None));
-        workloads.add_index(WORKLOAD_OWNER_INDEX, Arc::new(workload_owner));
-        workloads
-    });
-    let flavors = kueue
-        .enabled()
-        .then(|| factory.informer::<ResourceFlavor>(WatchConfig::default()));
     Ok(Informers {
         jobs: factory.informer::<TFJob>(scope(None)),
         pods,
         services,
-        pod_groups,
-        workloads,
-        flavors,
     })
-}
-
-/// `namespace/name` of the TFJob controlling a Workload: how the Workloads
-/// of a deleted job (gone from the cache) are still found.
-fn workload_owner(w: &Workload) -> Vec<String> {
-    let namespace = w.metadata.namespace.as_deref().unwrap_or_default();
-    w.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .filter(|o| o.controller == Some(true) && o.kind == "TFJob")
-        .map(|o| format!("{namespace}/{}", o.name))
-        .collect()
 }
 
 /// Builds the reconciler and registers the expectation observers. The
 /// observers go on the informers *before* the controller's enqueueing
 /// handlers, so an observation is counted before its job is reconciled.
-/// `children` writes the jobs' Pods and Services ([`TfJobReconciler::children`]).
+/// `children` writes the jobs' Pods and Services ([`TfJobReconciler::children`]);
+/// `apis` is filled as the optional APIs are found.
 pub fn reconciler(
     manager: &mut Manager,
     informers: &Informers,
     options: &Options,
     children: kube::Client,
+    apis: OptionalApis,
 ) -> TfJobReconciler {
     let expectations = Expectations::new();
     informers
@@ -167,9 +135,7 @@ pub fn reconciler(
         jobs: informers.jobs.indexer(),
         pods: informers.pods.indexer(),
         services: informers.services.indexer(),
-        pod_groups: informers.pod_groups.as_ref().map(SharedInformer::indexer),
-        workloads: informers.workloads.as_ref().map(SharedInformer::indexer),
-        flavors: informers.flavors.as_ref().map(SharedInformer::indexer),
+        apis,
         expectations,
         recorder: manager.event_recorder(COMPONENT),
         metrics: JobMetrics::register(&manager.registry()),
@@ -177,7 +143,9 @@ pub fn reconciler(
             cluster_domain: options.cluster_domain.clone(),
             status_schema: options.status_schema,
             force_delete_stuck_after: options.force_delete_stuck_after,
-            gang: options.gang,
+            // Until the server has answered (no pass runs before):
+            // `super::optional_apis` holds the setting of now.
+            gang: GangScheduling::default(),
         },
         write_concurrency: options.write_concurrency,
         fold_create_events: options.fold_create_events,
@@ -189,46 +157,62 @@ pub fn reconciler(
 }
 
 /// Creates the informers and the controller and registers them with the
-/// manager: the factory as its cache (started and synced first), the
-/// controller as a leader-only runnable. `children` is the client of Pod
-/// and Service control (the manager's own, or one with a rate limit of its own).
+/// manager: the factory and the optional APIs' discovery as its caches
+/// (started, and synced or answered, before anything runs), the controller
+/// as a leader-only runnable. `children` is the client of Pod and Service
+/// control (the manager's own, or one with a rate limit of its own).
+/// Returns the discovery, to ask after the manager stopped whether it
+/// refused the server's answer ([`Discovery::refused`]).
 pub fn setup(
     manager: &mut Manager,
     factory: InformerFactory,
     options: &Options,
     children: kube::Client,
-) -> Result<(), SetupError> {
-    let informers = informers(
-        &factory,
-        options.namespace.as_deref(),
-        options.gang,
-        options.kueue,
-    )?;
-    let reconciler = reconciler(manager, &informers, options, children);
+) -> Result<Discovery, SetupError> {
+    let informers = informers(&factory, options.namespace.as_deref())?;
+    let apis = OptionalApis::default();
+    let reconciler = reconciler(manager, &informers, options, children, apis.clone());
     super::undecodable::report_on_the_object(&informers.jobs, manager.event_recorder(COMPONENT));
-    let mut builder = Controller::builder("tfjob")
+    let controller = Controller::builder("tfjob")
         .for_informer(&informers.jobs)
         .owns(&informers.pods)
-        .owns(&informers.services);
-    // A group's scheduler verdict, or its deletion after a suspend, wakes
-    // its job up.
-    if let Some(pod_groups) = &informers.pod_groups {
-        builder = builder.owns(pod_groups);
-    }
-    // A Workload's admission, eviction or deletion wakes its job up.
-    if let Some(workloads) = &informers.workloads {
-        builder = builder.owns(workloads);
-    }
-    let controller = builder
+        .owns(&informers.services)
         .workers(options.workers.max(1))
         .registry(&manager.registry())
         .build(reconciler)?;
     factory.register_metrics(&manager.registry());
+    // The optional APIs' informers wake jobs through the controller's
+    // queue once they are found (a group's scheduler verdict, a Workload's
+    // admission or eviction).
+    let readiness = manager.readiness();
+    let discovery = Discovery::new(
+        (options.gang, options.kueue),
+        apis,
+        Wiring {
+            client: manager.client(),
+            factory: factory.clone(),
+            namespace: options.namespace.clone(),
+            queue: controller.queue(),
+            jobs: informers.jobs.indexer(),
+        },
+        Lines {
+            gang: readiness.add_changing_detail(format!(
+                "gang-scheduling: {}, asking the API server",
+                gang::mode_name(options.gang)
+            )),
+            kueue: readiness.add_changing_detail(format!(
+                "kueue: {}, asking the API server",
+                options.kueue.name()
+            )),
+        },
+        manager.shutdown_token(),
+    );
     manager.add_cache(factory);
+    manager.add_cache(discovery.clone());
     manager.add_runnable("tfjob-controller", true, move |token| async move {
         controller.run(token).await.map_err(Into::into)
     });
-    Ok(())
+    Ok(discovery)
 }
 
 impl ReconcileError for SyncError {

@@ -59,14 +59,15 @@ pub enum GangMode {
     Off,
 }
 
-/// What the operator does about gangs, decided once at startup from
-/// `--gang-scheduling` and what the API server serves.
+/// What the operator does about gangs: decided from `--gang-scheduling` and
+/// the API server's first answer, and switched on if `auto` finds the API
+/// later (`crate::tfjob::optional_apis`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum GangScheduling {
-    /// The server has no `scheduling.k8s.io/v1beta1` PodGroups.
+    /// The server has no `scheduling.k8s.io/v1beta1` PodGroups (yet).
     #[default]
     Unavailable,
-    /// Served, but `--gang-scheduling=off`.
+    /// `--gang-scheduling=off` (the server is not asked).
     Off,
     /// Served; jobs with `schedulingPolicy` get a gang.
     Auto,
@@ -80,10 +81,11 @@ impl GangScheduling {
     /// something this server cannot do.
     pub fn decide(mode: GangMode, served: bool) -> Result<Self, String> {
         Ok(match (mode, served) {
-            (GangMode::Off, true) => Self::Off,
+            // Whatever the server serves: `off` does not ask.
+            (GangMode::Off, _) => Self::Off,
             (GangMode::Auto, true) => Self::Auto,
             (GangMode::On, true) => Self::On,
-            (GangMode::Off | GangMode::Auto, false) => Self::Unavailable,
+            (GangMode::Auto, false) => Self::Unavailable,
             (GangMode::On, false) => {
                 return Err("--gang-scheduling=on, but the API server does not serve \
                      scheduling.k8s.io/v1beta1 PodGroups (Kubernetes 1.37+ with the \
@@ -130,30 +132,69 @@ pub struct Detected {
     pub detail: String,
 }
 
-/// Asks the API server which `scheduling.k8s.io` versions serve PodGroups
-/// and decides with `mode`. Only `v1beta1` is used (see
-/// `crate::api::pod_group`); alpha-only servers are reported as such. A
-/// server that cannot be asked counts as one without the API, which
-/// `--gang-scheduling=on` refuses.
+/// Asks the API server which `scheduling.k8s.io` versions serve PodGroups,
+/// until it answers (an error is no answer: it is logged and asked again
+/// with backoff), and decides with `mode`. Only `v1beta1` is used (see
+/// `crate::api::pod_group`); alpha-only servers are reported as such.
+/// `--gang-scheduling=off` asks nothing. The `Err` is
+/// `--gang-scheduling=on` on a server that answered without the API.
 pub async fn detect(client: &kube::Client, mode: GangMode) -> Result<Detected, String> {
-    let served = crate::runtime::client::discovery::versions_serving(
+    detect_reporting(client, mode, |waiting| tracing::warn!("{waiting}")).await
+}
+
+/// [`detect`], telling `waiting` (the `/readyz` line) each time the server
+/// gave no answer.
+pub async fn detect_reporting(
+    client: &kube::Client,
+    mode: GangMode,
+    mut waiting: impl FnMut(&str),
+) -> Result<Detected, String> {
+    if mode == GangMode::Off {
+        return decide_from(mode, None);
+    }
+    let versions = crate::runtime::client::discovery::versions_serving_answered(
         client,
         crate::api::pod_group::GROUP,
         crate::api::pod_group::PLURAL,
+        |u| waiting(&unanswered(mode, &u)),
     )
-    .await
-    .map_err(|e| format!("could not ask the API server for scheduling.k8s.io PodGroups: {e}"));
-    let (versions, found) = match &served {
-        Ok(versions) => (versions.clone(), describe_served(versions)),
-        Err(why) => (Vec::new(), why.clone()),
-    };
-    let beta = versions.iter().any(|v| v == crate::api::pod_group::VERSION);
-    let setting = GangScheduling::decide(mode, beta).map_err(|e| format!("{e} ({found})"))?;
-    let mode_name = match mode {
+    .await;
+    decide_from(mode, Some(&versions))
+}
+
+/// The flag's value as written.
+pub fn mode_name(mode: GangMode) -> &'static str {
+    match mode {
         GangMode::Auto => "auto",
         GangMode::On => "on",
         GangMode::Off => "off",
-    };
+    }
+}
+
+/// Whether `versions` (an answer) include the one this operator speaks.
+pub fn served(versions: &[String]) -> bool {
+    versions.iter().any(|v| v == crate::api::pod_group::VERSION)
+}
+
+/// The `/readyz` line while the server gives no answer: the API, the error,
+/// and that no job is reconciled meanwhile.
+pub fn unanswered(mode: GangMode, u: &crate::runtime::client::discovery::Unanswered<'_>) -> String {
+    format!(
+        "gang-scheduling: {}, could not ask the API server for scheduling.k8s.io PodGroups \
+         (attempt {}: {}); asking again in {} s; no TFJob is reconciled until it answers",
+        mode_name(mode),
+        u.attempt,
+        u.error,
+        u.retry_in.as_secs()
+    )
+}
+
+/// What a discovery answer (`versions` serving PodGroups; `None`: not
+/// asked) decides with `mode`.
+pub fn decide_from(mode: GangMode, versions: Option<&[String]>) -> Result<Detected, String> {
+    let found = versions.map_or_else(|| "not asked".to_owned(), describe_served);
+    let served = versions.is_some_and(served);
+    let setting = GangScheduling::decide(mode, served).map_err(|e| format!("{e} ({found})"))?;
     let what = match setting {
         GangScheduling::Auto => "jobs that set runPolicy.schedulingPolicy get a PodGroup",
         GangScheduling::On => "every job gets a PodGroup",
@@ -162,7 +203,7 @@ pub async fn detect(client: &kube::Client, mode: GangMode) -> Result<Detected, S
     };
     Ok(Detected {
         setting,
-        detail: format!("gang-scheduling: {mode_name}, {found}: {what}"),
+        detail: format!("gang-scheduling: {}, {found}: {what}", mode_name(mode)),
     })
 }
 

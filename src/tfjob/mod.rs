@@ -27,6 +27,7 @@ pub mod messages;
 mod messages_tests;
 pub mod metrics;
 pub mod observer;
+pub mod optional_apis;
 pub mod plan;
 #[cfg(test)]
 mod plan_gang_tests;

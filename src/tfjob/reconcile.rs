@@ -19,18 +19,17 @@ use std::time::Duration;
 use kube::{Client, Resource};
 use tracing::Instrument;
 
-use crate::api::pod_group::PodGroup;
 use crate::api::types::TFJob;
 use crate::runtime::cache::key::ObjectKey;
 use crate::runtime::cache::store::Indexer;
 use crate::runtime::controller::expectations::{EXPECTATIONS_TTL, Expectations};
 use crate::runtime::events::EventRecorder;
-use crate::tfjob::kueue::api::{ResourceFlavor, Workload};
 
 use super::cached::{CachedPod, CachedService};
 use super::kueue::gate::Seen;
 use super::managed_by::{ManagerMemory, REASON_MANAGED_BY_CHANGE_IGNORED, Verdict};
 use super::metrics::JobMetrics;
+use super::optional_apis::OptionalApis;
 use super::plan::{Action, Observed, Plan, PlanConfig, plan};
 use super::read_your_writes::WrittenStatus;
 use super::status_batch::DeferredStatus;
@@ -137,12 +136,11 @@ pub struct TfJobReconciler {
     pub jobs: Indexer<TFJob>,
     pub pods: Indexer<CachedPod>,
     pub services: Indexer<CachedService>,
-    /// PodGroups, when gangs are in use ([`super::gang`]).
-    pub pod_groups: Option<Indexer<PodGroup>>,
-    /// Kueue Workloads and ResourceFlavors, when the operator owns the
-    /// Workloads of queued jobs ([`super::kueue`]).
-    pub workloads: Option<Indexer<Workload>>,
-    pub flavors: Option<Indexer<ResourceFlavor>>,
+    /// PodGroups, when gangs are in use ([`super::gang`]); Kueue Workloads
+    /// and ResourceFlavors, when the operator owns the Workloads of queued
+    /// jobs ([`super::kueue`]): each once its API is found
+    /// ([`super::optional_apis`]).
+    pub apis: OptionalApis,
     pub expectations: Expectations,
     pub recorder: EventRecorder,
     pub metrics: JobMetrics,
@@ -185,8 +183,10 @@ impl TfJobReconciler {
             };
         observe.record("pods", pods.len());
         observe.record("services", services.len());
+        // The gang setting before the PodGroup cache (`OptionalApis::plan_config`).
+        let plan_config = self.apis.plan_config(&self.plan_config);
         // The job's PodGroup is named like the job: same key.
-        let pod_group = self.pod_groups.as_ref().and_then(|groups| groups.get(key));
+        let pod_group = self.apis.pod_groups().and_then(|groups| groups.get(key));
         if job.metadata.deletion_timestamp.is_some() {
             self.release_workloads(key).await?;
         }
@@ -220,13 +220,13 @@ impl TfJobReconciler {
                     pods: &pods,
                     services: &services,
                     pod_group: pod_group.as_deref(),
-                    kueue: self.workloads.as_ref().map(|_| Seen {
+                    kueue: self.apis.workloads().map(|_| Seen {
                         workloads: &workloads,
                         flavors: &flavors,
                     }),
                     now: jiff::Timestamp::now(),
                 },
-                &self.plan_config,
+                &plan_config,
             )
         });
         if !plan.manage {

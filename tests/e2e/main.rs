@@ -27,6 +27,7 @@ mod helm;
 mod informer;
 mod kubeflow_crd;
 mod kueue;
+mod kueue_discovery;
 mod kueue_workload;
 mod lost_node;
 mod managed_by;

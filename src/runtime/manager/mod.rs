@@ -94,7 +94,9 @@ const FINAL_STEP_TIMEOUT: Duration = Duration::from_secs(5);
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// A cache the manager starts and waits on before starting runnables: in
-/// practice the informer factory, which owns every shared informer.
+/// practice the informer factory, which owns every shared informer, and
+/// anything else no runnable may start without (an answer from API
+/// discovery: the process is not ready until every cache has synced).
 pub trait Cache: Send + Sync + 'static {
     /// Starts filling the cache in the background until `shutdown` fires.
     fn start(&self, shutdown: CancellationToken);

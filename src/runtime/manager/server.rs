@@ -109,8 +109,20 @@ impl Readiness {
             .push(line.into());
     }
 
+    /// Adds a detail line that its owner may rewrite later
+    /// ([`DetailLine::set`]): a fact still being found out, e.g. an
+    /// optional API the server has not answered about yet.
+    pub fn add_changing_detail(&self, line: impl Into<String>) -> DetailLine {
+        let mut details = self.details.write().unwrap_or_else(|p| p.into_inner());
+        details.push(line.into());
+        DetailLine {
+            details: Arc::clone(&self.details),
+            index: details.len() - 1,
+        }
+    }
+
     /// The verdict's text followed by the detail lines.
-    fn body(&self, verdict: &str) -> String {
+    pub fn body(&self, verdict: &str) -> String {
         let details = self.details.read().unwrap_or_else(|p| p.into_inner());
         std::iter::once(verdict)
             .chain(details.iter().map(String::as_str))
@@ -126,6 +138,24 @@ impl Readiness {
             Err("caches not synced")
         } else {
             Ok(())
+        }
+    }
+}
+
+/// One `/readyz` detail line, rewritten in place
+/// ([`Readiness::add_changing_detail`]).
+#[derive(Clone, Debug)]
+pub struct DetailLine {
+    details: Arc<std::sync::RwLock<Vec<String>>>,
+    index: usize,
+}
+
+impl DetailLine {
+    /// Replaces the line's text.
+    pub fn set(&self, line: impl Into<String>) {
+        let mut details = self.details.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = details.get_mut(self.index) {
+            *slot = line.into();
         }
     }
 }
@@ -377,6 +407,16 @@ pub(crate) mod tests {
         assert_eq!(r.check(), Ok(()));
         r.mark_stopping();
         assert_eq!(r.check(), Err("shutting down"));
+    }
+
+    #[test]
+    fn a_changing_detail_line_is_rewritten_in_place() {
+        let r = Readiness::new();
+        r.add_detail("crd: ours");
+        let line = r.add_changing_detail("kueue: asking");
+        r.add_detail("last");
+        line.set("kueue: served");
+        assert_eq!(r.body("ok"), "ok\ncrd: ours\nkueue: served\nlast");
     }
 
     #[tokio::test]

@@ -17,7 +17,9 @@
 //!   the Workload writes that follow;
 //! - [`status`]: the Workload status applies, as Kueue's own reconciler
 //!   makes them;
-//! - this file: `--kueue`, and what it becomes on the cluster at hand.
+//! - this file: `--kueue`, and what the API server's answer makes of it
+//!   (asked until it answers; under `auto` asked again until Kueue is
+//!   found: `crate::tfjob::optional_apis`).
 //!
 //! The writes are sent by `crate::tfjob::reconcile` (`workload.rs`).
 pub mod api;
@@ -55,7 +57,9 @@ impl KueueMode {
     }
 }
 
-/// What the operator does about Kueue, decided at startup.
+/// What the operator does about Kueue: decided from the server's first
+/// answer, and switched on if `--kueue=auto` finds Kueue later
+/// (`crate::tfjob::optional_apis`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Kueue {
     /// Nothing (`off`, `builtin`, or `auto` without Kueue's API).
@@ -110,39 +114,81 @@ pub fn describe(mode: KueueMode, found: &str, setting: Kueue) -> String {
     format!("kueue: {}, {found}: {what}", mode.name())
 }
 
-/// Asks the API server whether it serves Kueue's Workloads and decides with
-/// `mode`. `builtin` and `off` ask nothing.
+/// Asks the API server whether it serves Kueue's Workloads, until it
+/// answers (an error is no answer: `--kueue=auto` never takes one for "no
+/// Kueue"; each is logged and asked again with backoff), and decides with
+/// `mode`. `builtin` and `off` ask nothing. The `Err` is `--kueue=workload`
+/// on a server that answered without them.
 pub async fn detect(client: &kube::Client, mode: KueueMode) -> Result<Detected, String> {
-    if matches!(mode, KueueMode::Builtin | KueueMode::Off) {
+    detect_reporting(client, mode, |waiting| tracing::warn!("{waiting}")).await
+}
+
+/// [`detect`], telling `waiting` (the `/readyz` line) each time the server
+/// gave no answer.
+pub async fn detect_reporting(
+    client: &kube::Client,
+    mode: KueueMode,
+    mut waiting: impl FnMut(&str),
+) -> Result<Detected, String> {
+    if !asks(mode) {
         let setting = Kueue::Off;
         return Ok(Detected {
             setting,
             detail: describe(mode, "not asked", setting),
         });
     }
-    let served =
-        crate::runtime::client::discovery::versions_serving(client, api::GROUP, api::WORKLOADS)
-            .await;
-    let (ok, found) = match &served {
-        Ok(v) if v.iter().any(|v| v == api::VERSION) => (
-            true,
-            format!("{}/{} Workloads served", api::GROUP, api::VERSION),
-        ),
-        Ok(v) if v.is_empty() => (false, "no kueue.x-k8s.io Workloads served".to_owned()),
-        Ok(v) => (
-            false,
-            format!(
-                "kueue.x-k8s.io Workloads served only in {} (this operator speaks {})",
-                v.join(", "),
-                api::VERSION
-            ),
-        ),
-        Err(e) => (
-            false,
-            format!("could not ask for kueue.x-k8s.io Workloads: {e}"),
-        ),
+    let versions = crate::runtime::client::discovery::versions_serving_answered(
+        client,
+        api::GROUP,
+        api::WORKLOADS,
+        |u| waiting(&unanswered(mode, &u)),
+    )
+    .await;
+    decide_from(mode, &versions)
+}
+
+/// Whether `mode` asks the server at all (and, for `auto`, again later).
+pub fn asks(mode: KueueMode) -> bool {
+    matches!(mode, KueueMode::Auto | KueueMode::Workload)
+}
+
+/// Whether `versions` (an answer) include the one this operator speaks.
+pub fn served(versions: &[String]) -> bool {
+    versions.iter().any(|v| v == api::VERSION)
+}
+
+/// The `/readyz` line while the server gives no answer: the API, the error,
+/// and that no job is reconciled meanwhile.
+pub fn unanswered(
+    mode: KueueMode,
+    u: &crate::runtime::client::discovery::Unanswered<'_>,
+) -> String {
+    format!(
+        "kueue: {}, could not ask the API server for {}/{} Workloads (attempt {}: {}); asking \
+         again in {} s; no TFJob is reconciled until it answers",
+        mode.name(),
+        api::GROUP,
+        api::VERSION,
+        u.attempt,
+        u.error,
+        u.retry_in.as_secs()
+    )
+}
+
+/// What a discovery answer (`versions` serving Workloads) decides with `mode`.
+pub fn decide_from(mode: KueueMode, versions: &[String]) -> Result<Detected, String> {
+    let found = if served(versions) {
+        format!("{}/{} Workloads served", api::GROUP, api::VERSION)
+    } else if versions.is_empty() {
+        "no kueue.x-k8s.io Workloads served".to_owned()
+    } else {
+        format!(
+            "kueue.x-k8s.io Workloads served only in {} (this operator speaks {})",
+            versions.join(", "),
+            api::VERSION
+        )
     };
-    let setting = Kueue::decide(mode, ok).map_err(|e| format!("{e} ({found})"))?;
+    let setting = Kueue::decide(mode, served(versions)).map_err(|e| format!("{e} ({found})"))?;
     Ok(Detected {
         setting,
         detail: describe(mode, &found, setting),

@@ -27,7 +27,7 @@ impl TfJobReconciler {
         &self,
         key: &ObjectKey,
     ) -> (Vec<Arc<Workload>>, BTreeMap<String, Arc<ResourceFlavor>>) {
-        let Some(cache) = &self.workloads else {
+        let Some(cache) = self.apis.workloads() else {
             return (Vec::new(), BTreeMap::new());
         };
         let mut workloads = cache.by_index(WORKLOAD_OWNER_INDEX, &key.to_string());
@@ -46,7 +46,7 @@ impl TfJobReconciler {
             workloads.push(w);
         }
         let mut flavors = BTreeMap::new();
-        if let Some(cache) = &self.flavors {
+        if let Some(cache) = self.apis.flavors() {
             let named = workloads
                 .iter()
                 .filter_map(|w| w.status.as_ref()?.admission.as_ref())
@@ -145,8 +145,8 @@ impl TfJobReconciler {
                 owner,
             } => {
                 let mut owners: Vec<serde_json::Value> = self
-                    .workloads
-                    .as_ref()
+                    .apis
+                    .workloads()
                     .and_then(|c| c.get(&ObjectKey::new(Some(namespace), name)))
                     .and_then(|w| w.metadata.owner_references.clone())
                     .unwrap_or_default()
