@@ -273,6 +273,36 @@ mod tests {
         }
     }
 
+    /// A server that answers its first request 429 with this `Retry-After`
+    /// and every later one 201, counting what it was sent.
+    fn throttles_once(
+        retry_after: u64,
+    ) -> (
+        impl Service<
+            http::Request<Body>,
+            Response = Answer,
+            Error = std::convert::Infallible,
+            Future = impl Send + 'static,
+        > + Clone
+        + Send
+        + 'static,
+        Arc<AtomicUsize>,
+    ) {
+        let sent = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&sent);
+        let server = tower::service_fn(move |_request: http::Request<Body>| {
+            let first = counter.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                Ok::<_, std::convert::Infallible>(if first {
+                    too_many_requests(retry_after)
+                } else {
+                    created("c")
+                })
+            }
+        });
+        (server, sent)
+    }
+
     fn refused_by_the_fence(err: &kube::Error) -> bool {
         matches!(err, kube::Error::Service(e) if e.downcast_ref::<NotLeader>().is_some())
     }
@@ -280,20 +310,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_write_parked_in_a_retry_after_is_not_sent_again_once_the_lease_lapsed() {
         // The server asks to retry in 5 s; the Lease lapses 2 s in.
-        let sent = Arc::new(AtomicUsize::new(0));
-        let server = {
-            let sent = Arc::clone(&sent);
-            tower::service_fn(move |_request: http::Request<Body>| {
-                let first = sent.fetch_add(1, Ordering::SeqCst) == 0;
-                async move {
-                    Ok::<_, std::convert::Infallible>(if first {
-                        too_many_requests(5)
-                    } else {
-                        created("c")
-                    })
-                }
-            })
-        };
+        let (server, sent) = throttles_once(5);
         let fence = WriteFence::new();
         fence.grant_until(Instant::now() + Duration::from_secs(2));
         let api = configmaps(server, &Window::new(MAX_IN_FLIGHT), &fence);
@@ -351,20 +368,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn reads_and_writes_under_a_fresh_lease_go_through_the_stack_and_its_retries() {
-        let sent = Arc::new(AtomicUsize::new(0));
-        let server = {
-            let sent = Arc::clone(&sent);
-            tower::service_fn(move |_request: http::Request<Body>| {
-                let first = sent.fetch_add(1, Ordering::SeqCst) == 0;
-                async move {
-                    Ok::<_, std::convert::Infallible>(if first {
-                        too_many_requests(1)
-                    } else {
-                        created("c")
-                    })
-                }
-            })
-        };
+        let (server, sent) = throttles_once(1);
         let fence = WriteFence::new();
         fence.grant_until(Instant::now() + Duration::from_secs(10));
         let api = configmaps(server, &Window::new(MAX_IN_FLIGHT), &fence);
