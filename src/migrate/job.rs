@@ -77,7 +77,7 @@ pub fn judge(
         if let Some(why) = slot_problem(job, &name, pod) {
             f.blockers.push(format!("Pod {pod_name}: {why}"));
         }
-        let restart_count = restart_count(pod);
+        let restart_count = crate::tfjob::cached::restart_count(pod.status.as_ref());
         let in_place = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) != Some("Never");
         if in_place
             && restart_count > 0
@@ -201,19 +201,6 @@ fn slot_problem(job: &TFJob, job_name: &str, pod: &Pod) -> Option<String> {
         .then(|| format!("its name is not {expected}: a second Pod would be created for its slot"))
 }
 
-/// Container and init-container restarts, as Kubeflow sums them.
-fn restart_count(pod: &Pod) -> i32 {
-    let status = pod.status.as_ref();
-    let sum = |cs: Option<&Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
-        cs.into_iter()
-            .flatten()
-            .map(|c| c.restart_count)
-            .sum::<i32>()
-    };
-    sum(status.and_then(|s| s.container_statuses.as_ref()))
-        + sum(status.and_then(|s| s.init_container_statuses.as_ref()))
-}
-
 fn pod_phase(pod: &Pod) -> &str {
     if pod.metadata.deletion_timestamp.is_some() {
         return "Terminating";
@@ -302,7 +289,7 @@ fn backoff(job: &TFJob, pods: &[Pod], f: &mut JobFinding, books: &Bookkeeping) {
         })
         .filter(|p| pod_phase(p) == "Running")
         .filter(|p| p.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) != Some("Never"))
-        .map(restart_count)
+        .map(|p| crate::tfjob::cached::restart_count(p.status.as_ref()))
         .sum();
     let so_far = books.total_restarts() + running_in_place;
     let past = if limit == 0 {

@@ -93,6 +93,19 @@ impl From<Service> for CachedService {
     }
 }
 
+/// The restarts the kubelet made in place (OnFailure / Always), over the
+/// containers and init containers, as Kubeflow sums them.
+pub fn restart_count(status: Option<&PodStatus>) -> i32 {
+    let sum = |cs: Option<&Vec<ContainerStatus>>| {
+        cs.into_iter()
+            .flatten()
+            .map(|c| c.restart_count)
+            .sum::<i32>()
+    };
+    sum(status.and_then(|s| s.container_statuses.as_ref()))
+        + sum(status.and_then(|s| s.init_container_statuses.as_ref()))
+}
+
 /// The Pod informer's transform: of the status, keeps only what
 /// [`super::plan`] and [`super::abnormal`] read: the phase and reason, each
 /// container's name, state and restart count (exit codes, in-place restarts,

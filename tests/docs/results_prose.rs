@@ -126,13 +126,7 @@ pub fn strays(root: &Path, doc: &str, text: &str) -> Result<Vec<String>, String>
         let cells = text[section.body].replace('|', " ");
         known.extend(prose_decimals(&cells).into_iter().map(|(_, n)| n));
     }
-    for file in &files {
-        let raw =
-            std::fs::read_to_string(root.join(file)).map_err(|e| format!("{doc}: {file}: {e}"))?;
-        let parsed: Value =
-            serde_json::from_str(&raw).map_err(|e| format!("{doc}: {file}: not JSON: {e}"))?;
-        numbers(&parsed, &mut known);
-    }
+    numbers_of_files(root, doc, &files, &mut known)?;
     Ok(prose_decimals(text)
         .into_iter()
         .filter(|(_, n)| !known.contains(n))
@@ -179,13 +173,7 @@ fn linked_results(text: &str) -> BTreeSet<String> {
 pub fn chapter_strays(root: &Path, doc: &str, text: &str) -> Result<Vec<String>, String> {
     let files = linked_results(text);
     let mut known = BTreeSet::new();
-    for file in &files {
-        let raw =
-            std::fs::read_to_string(root.join(file)).map_err(|e| format!("{doc}: {file}: {e}"))?;
-        let parsed: Value =
-            serde_json::from_str(&raw).map_err(|e| format!("{doc}: {file}: not JSON: {e}"))?;
-        numbers(&parsed, &mut known);
-    }
+    numbers_of_files(root, doc, &files, &mut known)?;
     Ok(measured_decimals(text)
         .into_iter()
         .filter(|(_, n)| !known.contains(n))
@@ -306,4 +294,21 @@ fn results_prose_decimals_skip_code_tables_versions_and_sentence_ends() {
             (8, "1234.5".to_owned())
         ]
     );
+}
+
+/// Every number of each results file in `files` (paths from the root).
+fn numbers_of_files(
+    root: &Path,
+    doc: &str,
+    files: &BTreeSet<String>,
+    known: &mut BTreeSet<String>,
+) -> Result<(), String> {
+    for file in files {
+        let raw =
+            std::fs::read_to_string(root.join(file)).map_err(|e| format!("{doc}: {file}: {e}"))?;
+        let parsed: Value =
+            serde_json::from_str(&raw).map_err(|e| format!("{doc}: {file}: not JSON: {e}"))?;
+        numbers(&parsed, known);
+    }
+    Ok(())
 }

@@ -39,15 +39,7 @@ pub(super) fn exit_code(pod: &CachedPod) -> i32 {
 
 /// In-place restarts the kubelet did (OnFailure / Always).
 pub(super) fn in_place_restarts(pod: &CachedPod) -> i32 {
-    let status = pod.status.as_ref();
-    let count = |cs: Option<&Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
-        cs.into_iter()
-            .flatten()
-            .map(|c| c.restart_count)
-            .sum::<i32>()
-    };
-    count(status.and_then(|s| s.container_statuses.as_ref()))
-        + count(status.and_then(|s| s.init_container_statuses.as_ref()))
+    crate::tfjob::cached::restart_count(pod.status.as_ref())
 }
 
 /// A failed Pod that will be deleted and re-created.
