@@ -101,7 +101,7 @@ e2e: chromium ## The end-to-end suite on a freshly started local control plane (
 # `make test` runs a bounded subset of it after the e2e tests.
 FAULT_SEED ?= 20
 FAULT_ROUNDS ?= 20
-# The lifecycle model (src/tfjob/lifecycle_model.rs): `make test` runs 300
+# The lifecycle model (src/tfjob/lifecycle_model/mod.rs): `make test` runs 300
 # seeded histories (cargo test --lib); the fault suite a deeper run first.
 MODEL_CASES ?= 20000
 .PHONY: test-faults

@@ -29,7 +29,7 @@ use tfjob_operator::runtime::manager::leader_election::LeaderElectionConfig;
 use tfjob_operator::runtime::manager::server::{HttpServer, SecureMetrics};
 use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
 use tfjob_operator::tfjob::controller::{Options, setup};
-use tfjob_operator::tfjob::schema::{CRD_NAME, StatusSchema};
+use tfjob_operator::tfjob::kubeflow::schema::{CRD_NAME, StatusSchema};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::Layer;
 use tracing_subscriber::fmt::format::JsonFields;
@@ -471,7 +471,7 @@ mod tests {
             let reconcile =
                 tracing::info_span!(parent: None, "reconcile", namespace = "ns", name = "job");
             let _in_reconcile = reconcile.enter();
-            let plan = tracing::debug_span!(target: "tfjob_operator::tfjob::reconcile", "plan");
+            let plan = tracing::debug_span!(target: "tfjob_operator::tfjob::controller::reconciler", "plan");
             let _in_plan = plan.enter();
             tracing::info!("planned");
             !plan.is_disabled()

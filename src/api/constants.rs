@@ -117,10 +117,10 @@ pub mod reason {
     pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// Ours: the reason of the `Created` condition (and a Warning) while the
-    /// job's gang cannot be placed (`src/tfjob/gang.rs`).
+    /// job's gang cannot be placed (`src/tfjob/integrations/gang/mod.rs`).
     pub const GANG_UNSCHEDULABLE: &str = "GangUnschedulable";
     /// Ours: the `Suspended` condition's reason while the job waits for its
-    /// Kueue Workload's admission (`src/tfjob/kueue/gate.rs`).
+    /// Kueue Workload's admission (`src/tfjob/integrations/kueue/gate.rs`).
     pub const QUEUED: &str = "TFJobQueued";
     /// Ours: the `Suspended` condition's reason after Kueue evicted the job.
     pub const EVICTED: &str = "TFJobEvicted";
@@ -144,7 +144,7 @@ pub mod event {
     /// Ours: `runPolicy.schedulingPolicy` is set but nothing honours it
     /// (or, with a gang, the parts of it the PodGroup API has no place for).
     pub const SCHEDULING_POLICY_IGNORED: &str = "SchedulingPolicyIgnored";
-    /// Ours: the job's PodGroup (`src/tfjob/gang.rs`).
+    /// Ours: the job's PodGroup (`src/tfjob/integrations/gang/mod.rs`).
     pub const SUCCESSFUL_CREATE_POD_GROUP: &str = "SuccessfulCreatePodGroup";
     pub const FAILED_CREATE_POD_GROUP: &str = "FailedCreatePodGroup";
     pub const SUCCESSFUL_UPDATE_POD_GROUP: &str = "SuccessfulUpdatePodGroup";

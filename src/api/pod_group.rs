@@ -11,7 +11,7 @@
 //! server keeps them; we never update a PodGroup by replacing it).
 //!
 //! A Pod joins a group through `spec.schedulingGroup.podGroupName`
-//! (`src/tfjob/gang.rs` sets it). Alpha versions (`v1alpha2` in 1.36,
+//! (`src/tfjob/integrations/gang/mod.rs` sets it). Alpha versions (`v1alpha2` in 1.36,
 //! `v1alpha3` in 1.37) have the same shape but no stability promise, and
 //! 1.35's `v1alpha1` joined Pods differently (`spec.workloadRef`): only
 //! `v1beta1` is spoken.

@@ -8,8 +8,8 @@
 use clap::{Parser, Subcommand, ValueEnum};
 
 use super::flags::{BindAddress, GoDuration};
-use crate::tfjob::gang::GangMode;
-use crate::tfjob::kueue::KueueMode;
+use crate::tfjob::integrations::gang::GangMode;
+use crate::tfjob::integrations::kueue::KueueMode;
 
 #[derive(Parser)]
 #[command(

@@ -2,7 +2,7 @@
 //! and what would stop us running under it. Pure.
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
-use crate::tfjob::schema::StatusSchema;
+use crate::tfjob::kubeflow::schema::StatusSchema;
 
 use super::report::CrdFinding;
 use super::snapshot::Seen;

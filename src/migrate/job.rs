@@ -14,7 +14,7 @@ use crate::api::constants::{
 };
 use crate::api::defaults::is_managed_here;
 use crate::api::types::{CleanPodPolicy, TFJob};
-use crate::tfjob::bookkeeping::{ANNOTATION, Bookkeeping};
+use crate::tfjob::plan::bookkeeping::{ANNOTATION, Bookkeeping};
 
 use super::report::{JobFinding, PodFinding};
 
@@ -77,7 +77,7 @@ pub fn judge(
         if let Some(why) = slot_problem(job, &name, pod) {
             f.blockers.push(format!("Pod {pod_name}: {why}"));
         }
-        let restart_count = crate::tfjob::cached::restart_count(pod.status.as_ref());
+        let restart_count = crate::tfjob::children::cached::restart_count(pod.status.as_ref());
         let in_place = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) != Some("Never");
         if in_place
             && restart_count > 0
@@ -221,7 +221,7 @@ fn restarts_in_events(events: &[Event], namespace: &str, name: &str) -> BTreeMap
             && e.involved_object.namespace.as_deref() == Some(namespace)
             && e.involved_object.name.as_deref() == Some(name)
     }) {
-        let Some(rtype) = crate::tfjob::bookkeeping::replica_type_named(e.message.as_deref())
+        let Some(rtype) = crate::tfjob::plan::bookkeeping::replica_type_named(e.message.as_deref())
         else {
             continue;
         };
@@ -289,7 +289,7 @@ fn backoff(job: &TFJob, pods: &[Pod], f: &mut JobFinding, books: &Bookkeeping) {
         })
         .filter(|p| pod_phase(p) == "Running")
         .filter(|p| p.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) != Some("Never"))
-        .map(|p| crate::tfjob::cached::restart_count(p.status.as_ref()))
+        .map(|p| crate::tfjob::children::cached::restart_count(p.status.as_ref()))
         .sum();
     let so_far = books.total_restarts() + running_in_place;
     let past = if limit == 0 {

@@ -46,7 +46,7 @@ pub struct JobFinding {
     pub restarts_in_events: BTreeMap<String, i32>,
     /// Re-creations this operator will count on adoption, by replica type
     /// (its bookkeeping annotation, or what the cluster shows without one:
-    /// `tfjob::bookkeeping`).
+    /// `tfjob::plan::bookkeeping`).
     pub restarts_counted: BTreeMap<String, i32>,
     /// Field managers that wrote the job's status, with when.
     pub status_managers: Vec<String>,

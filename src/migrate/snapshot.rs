@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 
 use crate::api::constants::LABEL_JOB_NAME;
 use crate::api::types::TFJob;
-use crate::tfjob::schema::CRD_NAME;
+use crate::tfjob::kubeflow::schema::CRD_NAME;
 
 /// Something read, or why it could not be.
 #[derive(Clone, Debug)]

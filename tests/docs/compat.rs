@@ -1,18 +1,18 @@
 //! The compatibility doc against the messages table: every text Kubeflow's
-//! training-operator writes for a TFJob is listed as `tfjob::messages::KUBEFLOW`
+//! training-operator writes for a TFJob is listed as `tfjob::kubeflow::messages::KUBEFLOW`
 //! renders it, and each deliberate difference is named in the doc's
 //! differences section (the table itself is checked word for word against
-//! v1.9.2's source by `src/tfjob/messages.rs`'s tests).
+//! v1.9.2's source by `src/tfjob/kubeflow/messages.rs`'s tests).
 use std::fmt::Write as _;
 
 use crate::repo::repo_root;
 
 /// The compatibility doc's table of Kubeflow's texts, as
-/// `tfjob::messages::KUBEFLOW` renders it.
+/// `tfjob::kubeflow::messages::KUBEFLOW` renders it.
 fn kubeflow_texts_table() -> String {
     let mut table =
         String::from("| where | ours, for sample values | against Kubeflow |\n|---|---|---|\n");
-    for row in tfjob_operator::tfjob::messages::KUBEFLOW {
+    for row in tfjob_operator::tfjob::kubeflow::messages::KUBEFLOW {
         let verdict = if row.difference.is_some() {
             "differs on purpose (below)"
         } else {
@@ -35,13 +35,13 @@ fn the_compatibility_doc_lists_every_kubeflow_text_and_each_difference() {
     let table = kubeflow_texts_table();
     assert!(
         doc.contains(&table),
-        "docs/kubeflow-compatibility.md must hold this table (from src/tfjob/messages.rs) under \"Messages word for word\":\n\n{table}"
+        "docs/kubeflow-compatibility.md must hold this table (from src/tfjob/kubeflow/messages.rs) under \"Messages word for word\":\n\n{table}"
     );
     let differences = doc
         .split("## Differences we keep on purpose")
         .nth(1)
         .expect("a \"Differences we keep on purpose\" section");
-    for row in tfjob_operator::tfjob::messages::KUBEFLOW {
+    for row in tfjob_operator::tfjob::kubeflow::messages::KUBEFLOW {
         if let Some(why) = row.difference {
             assert!(
                 differences.contains(row.what),

@@ -7,7 +7,7 @@
 //!    preceded by a marker naming the file it quotes:
 //!
 //!    ```text
-//!    <!-- excerpt: src/tfjob/reconcile.rs -->
+//!    <!-- excerpt: src/tfjob/controller/reconciler.rs -->
 //!    ```
 //!
 //!    and its lines must appear in that file verbatim and consecutively,
@@ -71,7 +71,7 @@
 //!    measured decimal ("19.2 s") in a numbered chapter's prose is a value
 //!    of a results file the chapter links to.
 //! 10. **Kubeflow's texts** ([`compat`]): the compatibility doc lists every
-//!     message of `tfjob::messages::KUBEFLOW` and names each deliberate
+//!     message of `tfjob::kubeflow::messages::KUBEFLOW` and names each deliberate
 //!     difference.
 //! 11. **History pointers** ([`history`]): every `` `git show <commit>:<path>` ``
 //!     in the Markdown we write names a commit of the history holding that

@@ -399,8 +399,8 @@ async fn the_detected_crd_is_named_in_the_log_and_on_readyz() {
     let mut operator = Operator::start(&ns);
     operator.wait_ready().await;
     let schema = match crd_flavor() {
-        CrdFlavor::Kubeflow => tfjob_operator::tfjob::schema::StatusSchema::Kubeflow,
-        CrdFlavor::Ours => tfjob_operator::tfjob::schema::StatusSchema::Ours,
+        CrdFlavor::Kubeflow => tfjob_operator::tfjob::kubeflow::schema::StatusSchema::Kubeflow,
+        CrdFlavor::Ours => tfjob_operator::tfjob::kubeflow::schema::StatusSchema::Ours,
     };
     let log = operator.log_text();
     let line = log

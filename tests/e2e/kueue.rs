@@ -582,7 +582,7 @@ async fn a_job_preempted_by_higher_priority_is_suspended_cleanly_and_resumes_lat
     );
     // Pods deleted by a suspension are not restarts counted against backoffLimit.
     assert_eq!(
-        tfjob_operator::tfjob::bookkeeping::Bookkeeping::of(&job).total_restarts(),
+        tfjob_operator::tfjob::plan::bookkeeping::Bookkeeping::of(&job).total_restarts(),
         0,
         "restart counts after a preemption: {:?}",
         job.metadata.annotations

@@ -7,7 +7,7 @@
 //! CRDs.
 //!
 //! A discovery error from outside (the other half of the defect) is shown
-//! at unit level (`src/tfjob/optional_apis/tests.rs`); see docs/kueue.md for
+//! at unit level (`src/tfjob/integrations/optional_apis/tests.rs`); see docs/kueue.md for
 //! why APF could not inject it here.
 use std::io::Write;
 use std::process::Stdio;

@@ -4,7 +4,7 @@
 //! ValidatingAdmissionPolicy (`crd.managedByPolicy`, rendered with
 //! `crd.install=false`) refuses it as Kubeflow's webhook does, and without
 //! that policy the operator ignores the change and warns
-//! (`src/tfjob/managed_by.rs`).
+//! (`src/tfjob/integrations/managed_by/mod.rs`).
 //!
 //! Mirrors: training-operator's `ValidateRunPolicyUpdate` (webhook).
 use std::process::Stdio;

@@ -142,7 +142,7 @@ fn has_condition(job: &TFJob, type_: &str) -> bool {
 ///
 /// The TTL is 2 s, not 0: with 0 the operator deletes the job in the same
 /// reconcile that finds it succeeded, before writing (and so counting) the
-/// success (src/tfjob/plan.rs takes the completion time of the status it is
+/// success (src/tfjob/plan/mod.rs takes the completion time of the status it is
 /// about to write).
 async fn run_jobs(client: &Client, ns: &str) {
     let jobs: Api<TFJob> = Api::namespaced(client.clone(), ns);

@@ -132,7 +132,7 @@ async fn restarting_is_seen_from_outside_until_the_replacement_runs() {
         .unwrap_or_default();
     assert_eq!(
         message,
-        tfjob_operator::tfjob::messages::restarting("r", "Worker")
+        tfjob_operator::tfjob::kubeflow::messages::restarting("r", "Worker")
     );
     // Still Restarting while the replacement cannot run: not a blink.
     let replacement = wait_until("the replacement r-worker-0, pending", SLOW, || async {

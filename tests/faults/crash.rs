@@ -5,7 +5,7 @@
 //!
 //! - **The window.** When a Pod fails with a retryable code, the operator
 //!   writes the restart into the job's bookkeeping annotation, then deletes
-//!   the Pod (`src/tfjob/bookkeeping.rs`). A kill between the failure and the
+//!   the Pod (`src/tfjob/plan/bookkeeping.rs`). A kill between the failure and the
 //!   bookkeeping write, or between that write and the delete, must neither
 //!   lose the restart nor count it twice.
 //! - **Aim.** The operator talks to the API server through the fault proxy

@@ -10,7 +10,7 @@
 //! decode at all (not the validation path an unknown `restartPolicy` takes).
 //!
 //! What must hold: a Warning Event on the object (reason `FailedToDecode`,
-//! `src/tfjob/undecodable.rs`), the failure in the log naming the object,
+//! `src/tfjob/kubeflow/undecodable.rs`), the failure in the log naming the object,
 //! `tfjob_operator_informer_decode_failures_total{kind="TFJob"}` up, other
 //! jobs unaffected (a job created afterwards runs), and no Pod of the
 //! undecodable job deleted (the same UIDs stay).

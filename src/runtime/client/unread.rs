@@ -19,7 +19,7 @@ use serde::Serialize;
 /// it; an error answer is `kube::Error::Api` with the server's `Status`
 /// (409 AlreadyExists, 429, …) exactly as `Api::create` returns it.
 /// `obj` is the body: the object itself, or a wrapper that serializes as
-/// one (a Pod with a field our API types lack, `src/tfjob/gang.rs`).
+/// one (a Pod with a field our API types lack, `src/tfjob/integrations/gang/mod.rs`).
 pub async fn create<K, B>(
     client: &Client,
     api: &Api<K>,

@@ -13,10 +13,10 @@ use crate::api::constants::ReplicaType;
 use crate::api::fixtures::TfJobFixture;
 use crate::api::pod_group::PodGroup;
 use crate::api::types::{CleanPodPolicy, RestartPolicy, TFJob};
-use crate::tfjob::bookkeeping::Bookkeeping;
+use crate::tfjob::plan::bookkeeping::Bookkeeping;
 use crate::tfjob::children::replica_of;
-use crate::tfjob::gang::{ANNOTATION_POD_GROUP, GangScheduling};
-use crate::tfjob::kueue::api::Workload;
+use crate::tfjob::integrations::gang::{ANNOTATION_POD_GROUP, GangScheduling};
+use crate::tfjob::integrations::kueue::api::Workload;
 
 use super::Event;
 

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use crate::tfjob::kueue::api::{
+use crate::tfjob::integrations::kueue::api::{
     Admission, PodSetAssignment, ResourceFlavor, ResourceFlavorSpec, Workload, WorkloadStatus,
 };
-use crate::tfjob::kueue::gate::{ANNOTATION_DEACTIVATED, WorkloadWrite};
+use crate::tfjob::integrations::kueue::gate::{ANNOTATION_DEACTIVATED, WorkloadWrite};
 
 use super::cluster::World;
 

@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use crate::api::constants::condition;
 use crate::api::defaults::normalize;
-use crate::tfjob::bookkeeping::ANNOTATION as BOOKKEEPING;
-use crate::tfjob::cached::{CachedPod, CachedService};
+use crate::tfjob::plan::bookkeeping::ANNOTATION as BOOKKEEPING;
+use crate::tfjob::children::cached::{CachedPod, CachedService};
 use crate::tfjob::children::{ChildContext, owner_reference, replica_of};
-use crate::tfjob::conditions::{is_finished, is_true};
-use crate::tfjob::gang::ANNOTATION_POD_GROUP;
-use crate::tfjob::kueue::gate::Seen;
+use crate::tfjob::plan::conditions::{is_finished, is_true};
+use crate::tfjob::integrations::gang::ANNOTATION_POD_GROUP;
+use crate::tfjob::integrations::kueue::gate::Seen;
 use crate::tfjob::plan::{Action, Observed, Plan, PlanConfig, plan};
 
 use super::cluster::{PassFacts, World, bump, pending};
@@ -47,7 +47,7 @@ pub(super) fn pass(world: &mut World, crash_at: Option<usize>, refuse_status: bo
         .values()
         .map(|s| Arc::new(CachedService::from(s.clone())))
         .collect();
-    let workloads: Vec<Arc<crate::tfjob::kueue::api::Workload>> =
+    let workloads: Vec<Arc<crate::tfjob::integrations::kueue::api::Workload>> =
         cache.workload.iter().cloned().map(Arc::new).collect();
     let flavors = if cache.flavor_known {
         super::kueue::flavors()

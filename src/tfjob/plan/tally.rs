@@ -10,16 +10,16 @@ use crate::api::defaults::JobSpec;
 use crate::api::types::{ReplicaStatus, RestartPolicy};
 
 use super::{Children, FIRST_RETRYABLE_EXIT_CODE};
-use crate::tfjob::abnormal::{Abnormal, abnormal};
-use crate::tfjob::bookkeeping::Bookkeeping;
-use crate::tfjob::cached::CachedPod;
-use crate::tfjob::lost_node::disrupted;
+use crate::tfjob::plan::abnormal::{Abnormal, abnormal};
+use crate::tfjob::plan::bookkeeping::Bookkeeping;
+use crate::tfjob::children::cached::CachedPod;
+use crate::tfjob::plan::lost_node::disrupted;
 
-pub(super) fn terminating(pod: &CachedPod) -> bool {
+pub(crate) fn terminating(pod: &CachedPod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
 
-pub(super) fn phase(pod: &CachedPod) -> &str {
+pub(crate) fn phase(pod: &CachedPod) -> &str {
     pod.status
         .as_ref()
         .and_then(|s| s.phase.as_deref())
@@ -28,7 +28,7 @@ pub(super) fn phase(pod: &CachedPod) -> &str {
 
 /// The `tensorflow` container's exit code, or Kubeflow's 0xbeef when it has
 /// not terminated (which counts as retryable).
-pub(super) fn exit_code(pod: &CachedPod) -> i32 {
+pub(crate) fn exit_code(pod: &CachedPod) -> i32 {
     pod.status
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref())
@@ -38,44 +38,44 @@ pub(super) fn exit_code(pod: &CachedPod) -> i32 {
 }
 
 /// In-place restarts the kubelet did (OnFailure / Always).
-pub(super) fn in_place_restarts(pod: &CachedPod) -> i32 {
-    crate::tfjob::cached::restart_count(pod.status.as_ref())
+pub(crate) fn in_place_restarts(pod: &CachedPod) -> i32 {
+    crate::tfjob::children::cached::restart_count(pod.status.as_ref())
 }
 
 /// A failed Pod that will be deleted and re-created.
-pub(super) struct Retry {
-    pub(super) rtype: ReplicaType,
-    pub(super) pod: String,
-    pub(super) uid: Option<String>,
-    pub(super) exit_code: i32,
-    pub(super) evicted: bool,
+pub(crate) struct Retry {
+    pub(crate) rtype: ReplicaType,
+    pub(crate) pod: String,
+    pub(crate) uid: Option<String>,
+    pub(crate) exit_code: i32,
+    pub(crate) evicted: bool,
 }
 
 /// What the Pods say, per replica type.
-pub(super) struct Tally {
-    pub(super) statuses: BTreeMap<String, ReplicaStatus>,
-    pub(super) retries: Vec<Retry>,
-    pub(super) missing_pods: Vec<(ReplicaType, i32)>,
+pub(crate) struct Tally {
+    pub(crate) statuses: BTreeMap<String, ReplicaStatus>,
+    pub(crate) retries: Vec<Retry>,
+    pub(crate) missing_pods: Vec<(ReplicaType, i32)>,
     /// Restarts counted by this pass (failures not counted before).
-    pub(super) new_restarts: i32,
+    pub(crate) new_restarts: i32,
     /// The kubelet's restarts of running Pods whose policy restarts.
-    pub(super) in_place_restarts: i32,
+    pub(crate) in_place_restarts: i32,
     /// Slots (not succeeded) whose Pod is not running: a restart is still
     /// in progress while there are any.
-    pub(super) slots_not_running: usize,
-    pub(super) worker0_succeeded: bool,
+    pub(crate) slots_not_running: usize,
+    pub(crate) worker0_succeeded: bool,
     /// Types with failures that are not restarted, with their counts.
-    pub(super) failed: Vec<(ReplicaType, i32)>,
+    pub(crate) failed: Vec<(ReplicaType, i32)>,
     /// Non-retryable exits: `(pod, exit code)`, for `ExitedWithCode`.
-    pub(super) exits: Vec<(String, i32)>,
+    pub(crate) exits: Vec<(String, i32)>,
     /// Why live Pods are stuck ([`super::abnormal`]).
-    pub(super) abnormal: Vec<Abnormal>,
+    pub(crate) abnormal: Vec<Abnormal>,
 }
 
 impl Tally {
     /// Counts the Pods; new restarts are counted into `books` by the failed
     /// Pod's UID, so a pass that runs twice counts each restart once.
-    pub(super) fn count(spec: &JobSpec, children: &Children<'_>, books: &mut Bookkeeping) -> Self {
+    pub(crate) fn count(spec: &JobSpec, children: &Children<'_>, books: &mut Bookkeeping) -> Self {
         let mut t = Tally {
             statuses: BTreeMap::new(),
             retries: Vec::new(),
@@ -192,7 +192,7 @@ impl Tally {
 /// the job (the user's suspend, Kueue holding or evicting it) deletes the
 /// Pods: a succeeded index is never run again, and once its Pod is gone
 /// only the bookkeeping (written before any delete) still knows it.
-pub(super) fn remember_succeeded(spec: &JobSpec, children: &Children<'_>, books: &mut Bookkeeping) {
+pub(crate) fn remember_succeeded(spec: &JobSpec, children: &Children<'_>, books: &mut Bookkeeping) {
     for (&rtype, replica) in &spec.replicas {
         let mut set = books.succeeded(rtype.as_str());
         let before = set.len();

@@ -386,7 +386,7 @@ async fn each_reconcile_reaches_jaeger_as_a_trace_of_its_phases_and_api_writes()
         "every create, with its status (operator log:\n{operator_log})"
     );
     // Created and Running may share one write: a status change nobody
-    // waits for is batched for up to 1 s (src/tfjob/status_batch.rs).
+    // waits for is batched for up to 1 s (src/tfjob/status/batch.rs).
     assert!(
         status_writes >= 1,
         "the status reaching Running was written: {status_writes}"

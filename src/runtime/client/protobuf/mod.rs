@@ -415,7 +415,7 @@ mod tests {
     #[test]
     fn a_pods_scheduling_group_from_kubernetes_1_37_decodes() {
         // `spec.schedulingGroup` (field 43, 1.36+): the gang a Pod joins
-        // (`src/tfjob/gang.rs`). Our k8s-openapi types are 1.33's, so it is
+        // (`src/tfjob/integrations/gang/mod.rs`). Our k8s-openapi types are 1.33's, so it is
         // read as JSON, as a client of the raw object would.
         let pod = Builder::new(message_for::<Pod>().unwrap())
             .message("metadata", |m| m.bytes("name", b"p"))
