@@ -19,8 +19,8 @@ use crate::api::constants::{LABEL_OPERATOR_NAME, condition};
 use crate::api::defaults::normalize;
 use crate::api::fixtures::TfJobFixture;
 use crate::api::types::{CleanPodPolicy, JobCondition, RestartPolicy, TFJob};
-use crate::tfjob::plan::bookkeeping::ANNOTATION;
 use crate::tfjob::children::{ChildContext, owner_reference};
+use crate::tfjob::plan::bookkeeping::ANNOTATION;
 
 const NOW: i64 = 1_800_000_000;
 

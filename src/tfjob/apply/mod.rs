@@ -1,5 +1,7 @@
 //! **Apply**: the plan's writes (creates and deletes of Pods and Services,
-//! the TTL's delete of the job), expectations raised before the first.
+//! the TTL's delete of the job), expectations raised before the first; the
+//! integrations' writes before those ([`integration::WriteHooks`]); the
+//! plan's Events.
 
 use std::sync::Arc;
 
@@ -17,18 +19,89 @@ use crate::runtime::client::namespace_gone::is_namespace_gone;
 use crate::runtime::client::span_status::write_span;
 use crate::runtime::client::unread;
 
-use crate::runtime::events::EventType;
-use crate::tfjob::children::{ChildContext, owner_reference};
+use crate::runtime::controller::expectations::Expectations;
+use crate::runtime::events::{EventRecorder, EventType};
 use crate::tfjob::children::creation_events::creation_event;
-use crate::tfjob::integrations::gang::PodInGroup;
-use crate::tfjob::plan::lost_node;
+use crate::tfjob::children::placement::PodPlacement;
+use crate::tfjob::children::scheduling_group::PodInGroup;
+use crate::tfjob::children::{ChildContext, owner_reference};
 use crate::tfjob::kubeflow::messages;
-use crate::tfjob::plan::{Action, Plan};
+use crate::tfjob::plan::lost_node;
+use crate::tfjob::plan::{Action, Plan, PlannedEvent};
+use crate::tfjob::status::metrics::JobMetrics;
 
-use crate::tfjob::controller::reconciler::{SyncError, TfJobReconciler, child_name, is_status, write_error};
+pub mod error;
+pub mod integration;
 
-impl TfJobReconciler {
-    pub(crate) async fn apply(
+use error::{SyncError, child_name, event_type, is_status, write_error};
+use integration::{Sent, WriteHooks};
+
+/// How many creates or deletes one reconcile issues at once. A 500-worker
+/// job would take seconds one write at a time; the API server takes these
+/// in parallel easily.
+pub const DEFAULT_WRITE_CONCURRENCY: usize = 16;
+
+/// What the apply phase writes through.
+#[derive(Clone)]
+pub struct Applier {
+    /// The manager's client: the job's own delete, live node reads.
+    pub client: kube::Client,
+    /// Pod and Service control: creates, deletes of the job's Pods and
+    /// Services. A client of its own, so with `--kube-api-qps` it has its
+    /// own token bucket, as client-go gives Kubeflow's PodControl and
+    /// ServiceControl their own clientset.
+    pub children: kube::Client,
+    /// The job cache: a create is skipped once its job is gone.
+    pub jobs: crate::runtime::cache::store::Indexer<TFJob>,
+    pub expectations: Expectations,
+    pub recorder: EventRecorder,
+    pub metrics: JobMetrics,
+    /// Appended to `.svc` in TF_CONFIG addresses (the Pods are built here).
+    pub cluster_domain: Option<String>,
+    pub write_concurrency: usize,
+    /// See [`crate::tfjob::controller::Options::fold_create_events`].
+    pub fold_create_events: bool,
+    /// See [`crate::tfjob::controller::Options::force_delete_on_any_node`].
+    pub force_delete_on_any_node: bool,
+    /// The integrations' writers, in their registration order.
+    pub integrations: Vec<Arc<dyn WriteHooks>>,
+}
+
+impl Applier {
+    /// Records the pass's Events on the job: they explain its writes, so
+    /// they go first.
+    pub fn record(&self, job: &TFJob, events: &[PlannedEvent]) {
+        for e in events {
+            self.recorder
+                .publish(job, event_type(e.warning), &e.reason, e.message.clone());
+        }
+    }
+
+    /// The integrations' writes, in registration order, before any Pod.
+    async fn send_integration_writes(&self, job: &TFJob, plan: &Plan, namespace: &str) -> Sent {
+        let writes: Vec<_> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Integration(w) => Some(w),
+                _ => None,
+            })
+            .collect();
+        let mut all = Sent {
+            pods_may_follow: true,
+            result: Ok(()),
+        };
+        for writer in &self.integrations {
+            let sent = writer.send(job, &writes, namespace).await;
+            all.pods_may_follow &= sent.pods_may_follow;
+            if all.result.is_ok() {
+                all.result = sent.result;
+            }
+        }
+        all
+    }
+
+    pub async fn apply(
         &self,
         key: &ObjectKey,
         job: &Arc<TFJob>,
@@ -48,7 +121,7 @@ impl TfJobReconciler {
                     &namespace,
                     spec,
                     owner,
-                    self.plan_config.cluster_domain.as_deref(),
+                    self.cluster_domain.as_deref(),
                 )
             }),
             group: plan.pod_group.clone(),
@@ -57,19 +130,16 @@ impl TfJobReconciler {
         let services: Api<Service> = Api::namespaced(self.children.clone(), &namespace);
         let jobs: Api<TFJob> = Api::namespaced(self.client.clone(), &namespace);
 
-        // The gang's group before its Pods, one write at a time; without
-        // it, no Pod of this pass is created (the next pass tries again).
-        let (group_ready, mut group_result) =
-            self.apply_pod_group(job, &plan.actions, &namespace).await;
-        // The Kueue Workload's writes likewise (a held job plans no Pod).
-        let workload_result = self.apply_workload(job, &plan.actions, &namespace).await;
-        if group_result.is_ok() {
-            group_result = workload_result;
-        }
+        // The integrations' writes before the Pods, one at a time (a gang's
+        // group before its Pods: without it, no Pod of this pass is
+        // created, and the next pass tries again).
+        let Sent {
+            pods_may_follow,
+            result: group_result,
+        } = self.send_integration_writes(job, plan, &namespace).await;
         let sent = |action: &&Action| {
-            !is_pod_group_action(action)
-                && !matches!(action, Action::Workload(_))
-                && (group_ready || !matches!(action, Action::CreatePod { .. }))
+            !matches!(action, Action::Integration(_))
+                && (pods_may_follow || !matches!(action, Action::CreatePod { .. }))
         };
 
         // Raise expectations before the first write, so an informer event
@@ -299,12 +369,8 @@ impl TfJobReconciler {
                 .await
                 .map(|()| None),
             Action::DeleteJob => self.delete_job(job, jobs).await.map(|()| None),
-            // Sent before the others, by `apply_pod_group`.
-            Action::CreatePodGroup(_)
-            | Action::SetPodGroupMinCount { .. }
-            | Action::DeletePodGroup { .. } => Ok(None),
-            // Sent before the others, by `apply_workload`.
-            Action::Workload(_) => Ok(None),
+            // Sent before the others, by `send_integration_writes`.
+            Action::Integration(_) => Ok(None),
         }
     }
 
@@ -457,22 +523,9 @@ struct PodWrites<'a> {
     children: Option<ChildContext<'a>>,
     /// The PodGroup the created Pods join ([`Plan::pod_group`]).
     group: Option<String>,
-    /// What each replica type's Pods get from the Kueue admission
+    /// What each replica type's Pods get from an admission
     /// ([`Plan::placements`]).
-    placements: &'a std::collections::BTreeMap<
-        crate::api::constants::ReplicaType,
-        crate::tfjob::integrations::kueue::gate::PodPlacement,
-    >,
-}
-
-/// Writes to the job's PodGroup, which `apply_pod_group` sends before the rest.
-fn is_pod_group_action(action: &Action) -> bool {
-    matches!(
-        action,
-        Action::CreatePodGroup(_)
-            | Action::SetPodGroupMinCount { .. }
-            | Action::DeletePodGroup { .. }
-    )
+    placements: &'a std::collections::BTreeMap<crate::api::constants::ReplicaType, PodPlacement>,
 }
 
 /// A child one write created, by name (for the pass's creation Events).

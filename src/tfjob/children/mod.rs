@@ -7,6 +7,8 @@
 pub mod cached;
 pub mod creation_events;
 pub mod index_set;
+pub mod placement;
+pub mod scheduling_group;
 pub mod tf_config;
 
 use std::collections::BTreeMap;
@@ -25,7 +27,9 @@ use crate::api::constants::{
 use crate::api::defaults::{JobSpec, tensorflow_container_index};
 use crate::api::types::{RestartPolicy, TFJob};
 
-use crate::tfjob::children::tf_config::{cluster_json, is_distributed, replica_name, tf_config, with_cluster};
+use crate::tfjob::children::tf_config::{
+    cluster_json, is_distributed, replica_name, tf_config, with_cluster,
+};
 
 /// The labels a job's children must carry to be claimed by it (Kubeflow's
 /// selector): the job name *and* our operator name, so another operator's

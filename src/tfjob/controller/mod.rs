@@ -19,19 +19,22 @@ use crate::runtime::controller::expectations::Expectations;
 use crate::runtime::controller::{Action, Controller, ControllerError, ReconcileError, Reconciler};
 use crate::runtime::manager::Manager;
 
+use crate::tfjob::apply::Applier;
+use crate::tfjob::apply::error::SyncError;
 use crate::tfjob::children::cached::{CachedPod, CachedService, slim_status};
-use crate::tfjob::integrations::gang::{self, GangMode, GangScheduling};
+use crate::tfjob::integrations::gang::{self, GangMode};
 use crate::tfjob::integrations::kueue::KueueMode;
-use crate::tfjob::integrations::managed_by::ManagerMemory;
-use crate::tfjob::status::metrics::JobMetrics;
-use crate::tfjob::controller::lower_expectations::ExpectationsObserver;
 use crate::tfjob::integrations::optional_apis::OptionalApis;
 use crate::tfjob::integrations::optional_apis::discovery::{Discovery, Lines, Wiring};
-use crate::tfjob::plan::PlanConfig;
-use crate::tfjob::status::read_your_writes::WrittenStatus;
-use crate::tfjob::controller::reconciler::{JOB_NAME_INDEX, SyncError, TfJobReconciler};
+use crate::tfjob::integrations::register;
 use crate::tfjob::kubeflow::schema::StatusSchema;
-use crate::tfjob::status::batch::DeferredStatus;
+use crate::tfjob::observe::{JOB_NAME_INDEX, Observer};
+use crate::tfjob::plan::PlanConfig;
+use crate::tfjob::status::StatusWriter;
+use crate::tfjob::status::metrics::JobMetrics;
+
+use lower_expectations::ExpectationsObserver;
+use reconciler::TfJobReconciler;
 
 /// The event source name on Events we write (Kubeflow's).
 pub const COMPONENT: &str = "tfjob-controller";
@@ -112,7 +115,7 @@ pub fn informers(
 /// Builds the reconciler and registers the expectation observers. The
 /// observers go on the informers *before* the controller's enqueueing
 /// handlers, so an observation is counted before its job is reconciled.
-/// `children` writes the jobs' Pods and Services ([`TfJobReconciler::children`]);
+/// `children` writes the jobs' Pods and Services ([`Applier::children`]);
 /// `apis` is filled as the optional APIs are found.
 pub fn reconciler(
     manager: &mut Manager,
@@ -132,30 +135,47 @@ pub fn reconciler(
         .add_event_handler(Arc::new(ExpectationsObserver::<CachedService>::new(
             expectations.clone(),
         )));
+    let client = manager.client();
+    let recorder = manager.event_recorder(COMPONENT);
+    let metrics = JobMetrics::register(&manager.registry());
+    let status = StatusWriter {
+        client: client.clone(),
+        written: Default::default(),
+        deferred: Default::default(),
+        metrics: metrics.clone(),
+    };
+    let integrations = register(&client, &recorder, &apis);
     TfJobReconciler {
-        client: manager.client(),
-        children,
-        jobs: informers.jobs.indexer(),
-        pods: informers.pods.indexer(),
-        services: informers.services.indexer(),
-        apis,
-        expectations,
-        recorder: manager.event_recorder(COMPONENT),
-        metrics: JobMetrics::register(&manager.registry()),
+        observe: Observer {
+            client: client.clone(),
+            children: children.clone(),
+            jobs: informers.jobs.indexer(),
+            pods: informers.pods.indexer(),
+            services: informers.services.indexer(),
+            expectations: expectations.clone(),
+            written: status.written.clone(),
+            deferred: status.deferred.clone(),
+            integrations: integrations.observers,
+        },
         plan_config: PlanConfig {
             cluster_domain: options.cluster_domain.clone(),
             status_schema: options.status_schema,
             force_delete_stuck_after: options.force_delete_stuck_after,
-            // Until the server has answered (no pass runs before):
-            // `crate::tfjob::integrations::optional_apis` holds the setting of now.
-            gang: GangScheduling::default(),
         },
-        write_concurrency: options.write_concurrency,
-        fold_create_events: options.fold_create_events,
-        force_delete_on_any_node: options.force_delete_on_any_node,
-        written: WrittenStatus::default(),
-        deferred: DeferredStatus::default(),
-        managers: ManagerMemory::default(),
+        apply: Applier {
+            client,
+            children,
+            jobs: informers.jobs.indexer(),
+            expectations,
+            recorder,
+            metrics,
+            cluster_domain: options.cluster_domain.clone(),
+            write_concurrency: options.write_concurrency,
+            fold_create_events: options.fold_create_events,
+            force_delete_on_any_node: options.force_delete_on_any_node,
+            integrations: integrations.writers,
+        },
+        status,
     }
 }
 
@@ -175,7 +195,10 @@ pub fn setup(
     let informers = informers(&factory, options.namespace.as_deref())?;
     let apis = OptionalApis::default();
     let reconciler = reconciler(manager, &informers, options, children, apis.clone());
-    crate::tfjob::kubeflow::undecodable::report_on_the_object(&informers.jobs, manager.event_recorder(COMPONENT));
+    crate::tfjob::kubeflow::undecodable::report_on_the_object(
+        &informers.jobs,
+        manager.event_recorder(COMPONENT),
+    );
     let controller = Controller::builder("tfjob")
         .for_informer(&informers.jobs)
         .owns(&informers.pods)

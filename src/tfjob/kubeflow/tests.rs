@@ -1,7 +1,7 @@
 //! [`KUBEFLOW`] against training-operator's own source, read from the Go
 //! module cache ([`crate::tfjob::kubeflow::module_cache`]).
-use crate::tfjob::kubeflow::module_cache::{MODULE, module_or_skip};
 use crate::tfjob::kubeflow::messages::KUBEFLOW;
+use crate::tfjob::kubeflow::module_cache::{MODULE, module_or_skip};
 
 /// The first Go string literal (interpreted, with `\"` and `\\` escapes)
 /// on `line`.

@@ -13,10 +13,11 @@ use crate::api::constants::ReplicaType;
 use crate::api::fixtures::TfJobFixture;
 use crate::api::pod_group::PodGroup;
 use crate::api::types::{CleanPodPolicy, RestartPolicy, TFJob};
-use crate::tfjob::plan::bookkeeping::Bookkeeping;
 use crate::tfjob::children::replica_of;
-use crate::tfjob::integrations::gang::{ANNOTATION_POD_GROUP, GangScheduling};
+use crate::tfjob::children::scheduling_group::ANNOTATION_POD_GROUP;
+use crate::tfjob::integrations::gang::GangScheduling;
 use crate::tfjob::integrations::kueue::api::Workload;
+use crate::tfjob::plan::bookkeeping::Bookkeeping;
 
 use super::Event;
 

@@ -2,8 +2,8 @@
 use std::collections::BTreeMap;
 
 use crate::api::constants::condition;
-use crate::tfjob::plan::bookkeeping::Bookkeeping;
 use crate::tfjob::children::replica_of;
+use crate::tfjob::plan::bookkeeping::Bookkeeping;
 use crate::tfjob::plan::conditions::{is_finished, is_true};
 
 use super::cluster::World;

@@ -7,12 +7,15 @@ use std::sync::Arc;
 
 use crate::api::constants::condition;
 use crate::api::defaults::normalize;
-use crate::tfjob::plan::bookkeeping::ANNOTATION as BOOKKEEPING;
 use crate::tfjob::children::cached::{CachedPod, CachedService};
+use crate::tfjob::children::scheduling_group::ANNOTATION_POD_GROUP;
 use crate::tfjob::children::{ChildContext, owner_reference, replica_of};
+use crate::tfjob::integrations::gang::plan::{GangPass, PodGroupWrite};
+use crate::tfjob::integrations::kueue::gate::WorkloadWrite;
+use crate::tfjob::integrations::kueue::plan::KueuePass;
+use crate::tfjob::plan::bookkeeping::ANNOTATION as BOOKKEEPING;
 use crate::tfjob::plan::conditions::{is_finished, is_true};
-use crate::tfjob::integrations::gang::ANNOTATION_POD_GROUP;
-use crate::tfjob::integrations::kueue::gate::Seen;
+use crate::tfjob::plan::integration::PlanHooks;
 use crate::tfjob::plan::{Action, Observed, Plan, PlanConfig, plan};
 
 use super::cluster::{PassFacts, World, bump, pending};
@@ -20,15 +23,8 @@ use super::cluster::{PassFacts, World, bump, pending};
 /// The order the reconcile sends a plan's actions in: the PodGroup's
 /// writes, then the Workload's, then the rest.
 fn in_sending_order(plan: &Plan) -> Vec<&Action> {
-    let group = |a: &&Action| {
-        matches!(
-            a,
-            Action::CreatePodGroup(_)
-                | Action::SetPodGroupMinCount { .. }
-                | Action::DeletePodGroup { .. }
-        )
-    };
-    let workload = |a: &&Action| matches!(a, Action::Workload(_));
+    let group = |a: &&Action| a.write::<PodGroupWrite>().is_some();
+    let workload = |a: &&Action| a.write::<WorkloadWrite>().is_some();
     let mut out: Vec<&Action> = plan.actions.iter().filter(group).collect();
     out.extend(plan.actions.iter().filter(workload));
     out.extend(plan.actions.iter().filter(|a| !group(a) && !workload(a)));
@@ -47,29 +43,31 @@ pub(super) fn pass(world: &mut World, crash_at: Option<usize>, refuse_status: bo
         .values()
         .map(|s| Arc::new(CachedService::from(s.clone())))
         .collect();
-    let workloads: Vec<Arc<crate::tfjob::integrations::kueue::api::Workload>> =
-        cache.workload.iter().cloned().map(Arc::new).collect();
-    let flavors = if cache.flavor_known {
-        super::kueue::flavors()
-    } else {
-        BTreeMap::new()
+    let gang = GangPass {
+        setting: world.gang,
+        group: cache.group.clone().map(Arc::new),
     };
+    let kueue = KueuePass {
+        workloads: cache.workload.iter().cloned().map(Arc::new).collect(),
+        flavors: if cache.flavor_known {
+            super::kueue::flavors()
+        } else {
+            BTreeMap::new()
+        },
+    };
+    let mut integrations: Vec<&dyn PlanHooks> = vec![&gang];
+    if world.kueue {
+        integrations.push(&kueue);
+    }
     let plan = plan(
         &Observed {
             job: &cache.job,
             pods: &pods,
             services: &services,
-            pod_group: cache.group.as_ref(),
-            kueue: world.kueue.then_some(Seen {
-                workloads: &workloads,
-                flavors: &flavors,
-            }),
+            integrations: &integrations,
             now: world.now(),
         },
-        &PlanConfig {
-            gang: world.gang,
-            ..PlanConfig::default()
-        },
+        &PlanConfig::default(),
     );
     world.saw_pods();
     let finished = is_finished(&plan.status);
@@ -105,7 +103,7 @@ pub(super) fn pass(world: &mut World, crash_at: Option<usize>, refuse_status: bo
             continue;
         }
         if !apply(world, &cache.job, &plan, action, finished || stopped) {
-            group_ready &= !matches!(action, Action::CreatePodGroup(_));
+            group_ready &= !matches!(action.write(), Some(PodGroupWrite::Create(_)));
         }
     }
     if !alive() {
@@ -256,7 +254,23 @@ fn apply(
             world.cache.services.remove(name);
             world.server.services.remove(name).is_some()
         }
-        Action::CreatePodGroup(group) => {
+        Action::Integration(write) => {
+            if let Some(write) = write.get::<WorkloadWrite>() {
+                return super::kueue::apply(world, write);
+            }
+            match write.get::<PodGroupWrite>() {
+                Some(write) => apply_to_group(world, write),
+                None => false,
+            }
+        }
+        Action::DeleteJob => true,
+    }
+}
+
+/// A PodGroup write, as the API server takes it.
+fn apply_to_group(world: &mut World, write: &PodGroupWrite) -> bool {
+    match write {
+        PodGroupWrite::Create(group) => {
             if world.server.group.is_some() {
                 return false;
             }
@@ -266,8 +280,8 @@ fn apply(
             world.cache.group = Some(group);
             true
         }
-        Action::SetPodGroupMinCount { .. } => world.server.group.is_some(),
-        Action::DeletePodGroup { uid, .. } => {
+        PodGroupWrite::SetMinCount { .. } => world.server.group.is_some(),
+        PodGroupWrite::Delete { uid, .. } => {
             let stamp = world.stamp();
             let Some(group) = world.server.group.as_mut() else {
                 return false;
@@ -280,7 +294,5 @@ fn apply(
             world.cache.group = world.server.group.clone();
             true
         }
-        Action::DeleteJob => true,
-        Action::Workload(write) => super::kueue::apply(world, write),
     }
 }

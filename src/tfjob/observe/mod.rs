@@ -1,10 +1,11 @@
 //! **Observe**: the job and its children from the informer caches, the
-//! children claimed (adopted or released) as the job's selector says.
+//! children claimed (adopted or released) as the job's selector says, and
+//! what each integration reads of the job ([`integration::ObserveHooks`]).
 
 use std::sync::Arc;
 
-use kube::Resource;
 use kube::api::Api;
+use kube::{Client, Resource};
 use tracing::Instrument;
 
 use crate::api::types::TFJob;
@@ -14,28 +15,94 @@ use crate::runtime::cache::store::{CONTROLLER_UID_INDEX, Indexer};
 use crate::runtime::client::span_status::write_span;
 use crate::runtime::controller::ownership::{adopt, claim, release};
 
+use crate::runtime::controller::expectations::Expectations;
+use crate::tfjob::apply::error::{SyncError, child_name, is_status, write_error};
 use crate::tfjob::children::cached::{CachedPod, CachedService};
 use crate::tfjob::children::{child_selector, owner_reference};
+use crate::tfjob::plan::Observed;
+use crate::tfjob::plan::integration::PlanHooks;
+use crate::tfjob::status::batch::DeferredStatus;
+use crate::tfjob::status::read_your_writes::WrittenStatus;
 
-use crate::tfjob::controller::reconciler::{JOB_NAME_INDEX, SyncError, TfJobReconciler, child_name, is_status, write_error};
+pub mod integration;
 
-/// What [`TfJobReconciler::observe`] found.
-pub(crate) enum Observation {
+use integration::ObserveHooks;
+
+/// The index (on the Pod and Service informers) of children by job name:
+/// how orphans that match a job are found without a scan.
+pub const JOB_NAME_INDEX: &str = "job-name";
+
+/// What the observe phase reads through: the caches, and the client for
+/// the few reads that must be live (and the adoption patches of children).
+#[derive(Clone)]
+pub struct Observer {
+    /// The manager's client: live reads of the job.
+    pub client: Client,
+    /// Pod and Service control's client: adoption and release patches.
+    pub children: Client,
+    pub jobs: Indexer<TFJob>,
+    pub pods: Indexer<CachedPod>,
+    pub services: Indexer<CachedService>,
+    pub expectations: Expectations,
+    /// Our own recent status writes, for reading them before the cache has them.
+    pub written: WrittenStatus,
+    /// Status changes planned but waiting to be written with the next ones.
+    pub deferred: DeferredStatus,
+    /// The integrations, in their registration order.
+    pub integrations: Vec<Arc<dyn ObserveHooks>>,
+}
+
+/// What [`Observer::observe`] found.
+pub enum Observation {
     /// The job was deleted.
     Gone,
     /// Our own writes are not all in the caches yet: act on nothing.
     Waiting,
-    Ready {
-        /// As stored, or as our last status write left it.
-        stored: Arc<TFJob>,
-        /// `stored` with the status planned but not written yet over it.
-        job: Arc<TFJob>,
-        pods: Vec<Arc<CachedPod>>,
-        services: Vec<Arc<CachedService>>,
-    },
+    Ready(Seen),
 }
 
-impl TfJobReconciler {
+/// A job ready to plan: what the caches show of it and its children, and
+/// each integration's view.
+pub struct Seen {
+    /// As stored, or as our last status write left it.
+    pub stored: Arc<TFJob>,
+    /// `stored` with the status planned but not written yet over it.
+    pub job: Arc<TFJob>,
+    /// The job the plan sees, when an integration replaced `job`
+    /// ([`ObserveHooks::as_planned`]).
+    pub as_planned: Option<Arc<TFJob>>,
+    pub pods: Vec<Arc<CachedPod>>,
+    pub services: Vec<Arc<CachedService>>,
+    /// Each integration's hooks into the plan.
+    pub integrations: Vec<Box<dyn PlanHooks>>,
+    /// Warnings the integrations want recorded on the job (reason, message).
+    pub warnings: Vec<(&'static str, String)>,
+}
+
+impl Seen {
+    /// What the plan looks at, at `now`; `hooks` borrows
+    /// [`Self::integrations`] (the plan takes them as a slice of references).
+    pub fn observed<'a>(
+        &'a self,
+        hooks: &'a [&'a dyn PlanHooks],
+        now: jiff::Timestamp,
+    ) -> Observed<'a> {
+        Observed {
+            job: self.as_planned.as_deref().unwrap_or(&self.job),
+            pods: &self.pods,
+            services: &self.services,
+            integrations: hooks,
+            now,
+        }
+    }
+
+    /// [`Self::integrations`] as the plan takes them.
+    pub fn hooks(&self) -> Vec<&dyn PlanHooks> {
+        self.integrations.iter().map(|h| h.as_ref()).collect()
+    }
+}
+
+impl Observer {
     /// A live (quorum) read of the job before children are re-created.
     /// Each kind has its own watch, and the Pod watch can run ahead of the
     /// TFJob watch: after a partition heals, garbage collection's deletions
@@ -43,7 +110,7 @@ impl TfJobReconciler {
     /// and the cache alone would have the job resurrect them. One GET, only
     /// on the replacement path; `false` when the job is gone, was replaced
     /// by a namesake, or is being deleted (its DELETED event will follow).
-    pub(crate) async fn still_exists_on_the_server(
+    pub async fn still_exists_on_the_server(
         &self,
         key: &ObjectKey,
         job: &TFJob,
@@ -70,16 +137,18 @@ impl TfJobReconciler {
 
     /// The job and its children from the caches, unless the job is gone or
     /// our own recent writes have not reached the caches yet.
-    pub(crate) async fn observe(&self, key: &ObjectKey) -> Result<Observation, SyncError> {
+    pub async fn observe(&self, key: &ObjectKey) -> Result<Observation, SyncError> {
         // A job gone from the cache was deleted: its children go with it
         // through garbage collection (they carry its ownerReference).
         let Some(cached) = self.jobs.get(key) else {
             self.expectations.forget(key);
             self.written.forget(key);
             self.deferred.forget(key);
-            self.managers.forget(key);
-            // So do its Kueue Workloads, once Kueue's finalizer is off them.
-            self.release_workloads(key).await?;
+            for integration in &self.integrations {
+                integration.forget(key);
+                // So do its Kueue Workloads, once Kueue's finalizer is off them.
+                integration.let_go(key, None).await?;
+            }
             return Ok(Observation::Gone);
         };
         // As stored (or as our last write left it), and with the status we
@@ -94,12 +163,29 @@ impl TfJobReconciler {
         }
         let pods = self.claim_children(&job, &self.pods).await?;
         let services = self.claim_children(&job, &self.services).await?;
-        Ok(Observation::Ready {
+        if job.metadata.deletion_timestamp.is_some() {
+            for integration in &self.integrations {
+                integration.let_go(key, Some(&job)).await?;
+            }
+        }
+        let mut seen = Seen {
             stored,
             job,
+            as_planned: None,
             pods,
             services,
-        })
+            integrations: Vec::new(),
+            warnings: Vec::new(),
+        };
+        for integration in &self.integrations {
+            if let Some(replaced) = integration.as_planned(key, &seen.job) {
+                seen.warnings.extend(replaced.warning);
+                seen.as_planned = Some(replaced.job);
+            }
+            seen.integrations
+                .extend(integration.observe(key, &seen.job));
+        }
+        Ok(Observation::Ready(seen))
     }
 
     /// The job's children: those it controls whose labels still match, plus

@@ -1,107 +1,95 @@
-//! Stopping a job that should not run: suspended by its spec, or held or
-//! evicted by Kueue ([`crate::tfjob::integrations::kueue::gate`]). Either way no Pod or
-//! Service is left and the `Suspended` condition says why.
+//! Whether the job runs in this pass: its own `suspend`, then each
+//! integration's gate (Kueue holding or evicting it). A stopped job keeps no
+//! Pod or Service, and its `Suspended` condition says why; a job that runs
+//! again is resumed, with a new `startTime` (Kubeflow's rule).
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::constants::{condition, event, reason};
-use crate::api::defaults::JobSpec;
-use crate::api::types::TFJob;
-use crate::tfjob::plan::conditions::{self, is_true};
-use crate::tfjob::integrations::kueue::gate::{self as kueue_gate, Gate, Seen};
+use crate::api::constants::{condition, reason};
 use crate::tfjob::kubeflow::messages;
 
+use super::conditions::{self, is_true};
+use super::integration::{Pass, Say, Stop};
+use super::slots::{Slots, delete_pod};
 use super::tally::terminating;
-use super::{Action, Children, Plan, delete_pod};
+use super::{Action, Observed, Plan};
 
-/// What the rest of the pass may do after Kueue's word.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum KueueSays {
-    /// Run: the pass goes on as without Kueue.
-    Run,
-    /// Run what runs, but create no Pod ([`Gate::Keep`]).
-    RunWithoutCreating,
-    /// Stopped: the pass ends here.
-    Stopped,
-}
-
-/// Kueue's word on a queued job ([`super::kueue::gate`]): its Workload
-/// writes, and whether the job may run. Held or evicted, it is stopped like
-/// a suspended one (condition `Suspended`, reason `TFJobQueued` or
-/// `TFJobEvicted`), without touching `spec.runPolicy.suspend`: the user's
-/// own suspend keeps its meaning.
-pub(crate) fn kueue_gates(
+/// `Some(may_create_pods)` when the job runs in this pass; `None` when it
+/// is stopped (the pass ends). Every stop lets each integration give back
+/// what the job held (a gang's PodGroup).
+pub(super) fn runs(
     p: &mut Plan,
-    job: &TFJob,
-    spec: &JobSpec<'_>,
-    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
-    seen: &Seen<'_>,
-    children: &Children<'_>,
+    obs: &Observed<'_>,
+    pass: &Pass<'_>,
+    children: &Slots<'_>,
     now: &Time,
-) -> KueueSays {
-    let pods_left = !children.pods.is_empty();
-    let decision = kueue_gate::gate(job, spec, owner, seen, pods_left);
-    p.actions
-        .extend(decision.writes.into_iter().map(Action::Workload));
-    if let Some(d) = decision.recheck {
-        p.requeue_in(d);
+) -> Option<bool> {
+    let mut say = Say::Run;
+    if pass.spec.suspend {
+        say = Say::Stop(Stop {
+            reason: reason::SUSPENDED,
+            message: messages::suspended(pass.name),
+            event: Some(reason::SUSPENDED),
+        });
     }
-    match decision.gate {
-        Gate::Free => KueueSays::Run,
-        Gate::Hold(msg) => {
-            suspend_with(p, children, now, reason::QUEUED, msg, None);
-            KueueSays::Stopped
-        }
-        Gate::Stop(msg) => {
-            let event = Some(event::KUEUE_STOPPED);
-            suspend_with(p, children, now, reason::EVICTED, msg, event);
-            KueueSays::Stopped
-        }
-        Gate::Requeue(msg) => {
-            let event = Some(event::KUEUE_STOPPED);
-            suspend_with(p, children, now, reason::QUEUED, msg, event);
-            KueueSays::Stopped
-        }
-        Gate::Keep(msg) => {
-            tracing::debug!("{msg}");
-            KueueSays::RunWithoutCreating
-        }
-        Gate::Run {
-            placements,
-            admitted_by,
-        } => {
-            if is_true(&p.status, condition::SUSPENDED) {
-                let msg = format!("Admitted by clusterQueue {admitted_by}");
-                p.event(false, event::KUEUE_STARTED, msg);
+    if say == Say::Run {
+        for integration in obs.integrations {
+            match integration.gate(pass, p) {
+                Say::Run => {}
+                other => {
+                    say = other;
+                    break;
+                }
             }
-            p.placements = placements;
-            KueueSays::Run
+        }
+    }
+    match say {
+        Say::Stop(stop) => {
+            stop_with(p, children, now, stop);
+            for integration in obs.integrations {
+                integration.on_stop(pass.job, p);
+            }
+            None
+        }
+        Say::Run => {
+            resume(p, pass.name, now);
+            Some(true)
+        }
+        Say::RunWithoutCreating => {
+            resume(p, pass.name, now);
+            Some(false)
         }
     }
 }
 
-/// A suspended job: no Pods or Services, Running false, Suspended true.
-pub(crate) fn suspend(p: &mut Plan, name: &str, children: &Children<'_>, now: &Time) {
-    let msg = messages::suspended(name);
-    suspend_with(
-        p,
-        children,
-        now,
-        reason::SUSPENDED,
-        msg,
-        Some(reason::SUSPENDED),
-    );
+/// A job that was stopped runs again: `Suspended` goes false, with an
+/// Event, and the job's `startTime` starts over; a job never stopped gets
+/// its first `startTime`.
+fn resume(p: &mut Plan, name: &str, now: &Time) {
+    if is_true(&p.status, condition::SUSPENDED) {
+        let msg = messages::resumed(name);
+        p.event(false, reason::RESUMED, msg.clone());
+        conditions::set(
+            &mut p.status,
+            condition::SUSPENDED,
+            false,
+            reason::RESUMED,
+            msg,
+            now,
+        );
+        p.status.start_time = Some(now.clone());
+    }
+    p.status.start_time.get_or_insert_with(|| now.clone());
 }
 
-/// [`suspend`] with its reason and message, and the event (if any) sent
-/// when the job becomes suspended or its reason changes.
-fn suspend_with(
-    p: &mut Plan,
-    children: &Children<'_>,
-    now: &Time,
-    why: &'static str,
-    msg: String,
-    event: Option<&'static str>,
-) {
+/// Stops the job: no Pods or Services, Running false, Suspended true with
+/// `stop`'s reason and message, and its Event (if any) when the job
+/// becomes stopped or its reason changes.
+fn stop_with(p: &mut Plan, children: &Slots<'_>, now: &Time, stop: Stop) {
+    let Stop {
+        reason: why,
+        message: msg,
+        event,
+    } = stop;
     for pods in children.pods.values() {
         for pod in pods.iter().filter(|p| !terminating(p)) {
             p.actions.push(delete_pod(pod));

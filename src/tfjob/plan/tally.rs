@@ -9,10 +9,11 @@ use crate::api::constants::{DEFAULT_CONTAINER_NAME, ReplicaType};
 use crate::api::defaults::JobSpec;
 use crate::api::types::{ReplicaStatus, RestartPolicy};
 
-use super::{Children, FIRST_RETRYABLE_EXIT_CODE};
+use super::FIRST_RETRYABLE_EXIT_CODE;
+use super::slots::Slots;
+use crate::tfjob::children::cached::CachedPod;
 use crate::tfjob::plan::abnormal::{Abnormal, abnormal};
 use crate::tfjob::plan::bookkeeping::Bookkeeping;
-use crate::tfjob::children::cached::CachedPod;
 use crate::tfjob::plan::lost_node::disrupted;
 
 pub(crate) fn terminating(pod: &CachedPod) -> bool {
@@ -75,7 +76,7 @@ pub(crate) struct Tally {
 impl Tally {
     /// Counts the Pods; new restarts are counted into `books` by the failed
     /// Pod's UID, so a pass that runs twice counts each restart once.
-    pub(crate) fn count(spec: &JobSpec, children: &Children<'_>, books: &mut Bookkeeping) -> Self {
+    pub(crate) fn count(spec: &JobSpec, children: &Slots<'_>, books: &mut Bookkeeping) -> Self {
         let mut t = Tally {
             statuses: BTreeMap::new(),
             retries: Vec::new(),
@@ -192,7 +193,7 @@ impl Tally {
 /// the job (the user's suspend, Kueue holding or evicting it) deletes the
 /// Pods: a succeeded index is never run again, and once its Pod is gone
 /// only the bookkeeping (written before any delete) still knows it.
-pub(crate) fn remember_succeeded(spec: &JobSpec, children: &Children<'_>, books: &mut Bookkeeping) {
+pub(crate) fn remember_succeeded(spec: &JobSpec, children: &Slots<'_>, books: &mut Bookkeeping) {
     for (&rtype, replica) in &spec.replicas {
         let mut set = books.succeeded(rtype.as_str());
         let before = set.len();

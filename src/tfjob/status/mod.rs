@@ -16,17 +16,31 @@ use crate::api::types::TFJob;
 use crate::runtime::cache::key::ObjectKey;
 use crate::runtime::client::span_status::write_span;
 
-use crate::tfjob::plan::bookkeeping::{ANNOTATION as BOOKKEEPING_ANNOTATION, Bookkeeping};
+use crate::tfjob::apply::error::SyncError;
 use crate::tfjob::plan::Plan;
-use crate::tfjob::status::batch::WriteStatus;
+use crate::tfjob::plan::bookkeeping::{ANNOTATION as BOOKKEEPING_ANNOTATION, Bookkeeping};
 
-use crate::tfjob::controller::reconciler::{SyncError, TfJobReconciler};
+use batch::{DeferredStatus, WriteStatus};
+use metrics::JobMetrics;
+use read_your_writes::WrittenStatus;
 
-impl TfJobReconciler {
+/// What the status phase writes through, and what it remembers of its
+/// writes for the observe phase to read.
+#[derive(Clone)]
+pub struct StatusWriter {
+    pub client: kube::Client,
+    /// Our own recent status writes, for reading them before the cache has them.
+    pub written: WrittenStatus,
+    /// Status changes planned but waiting to be written with the next ones.
+    pub deferred: DeferredStatus,
+    pub metrics: JobMetrics,
+}
+
+impl StatusWriter {
     /// Writes the job's bookkeeping annotation (a merge patch carrying the
     /// cached resourceVersion, so it is a compare-and-swap like the status
     /// write) and returns the job as stored, to write status over.
-    pub(crate) async fn write_bookkeeping(
+    pub async fn write_bookkeeping(
         &self,
         key: &ObjectKey,
         job: &Arc<TFJob>,
@@ -66,7 +80,7 @@ impl TfJobReconciler {
     /// since we read it, the write fails with 409 and the reconcile is
     /// retried against the newer object, so a stale cache never overwrites
     /// newer status (e.g. a restart count).
-    pub(crate) async fn write_status(
+    pub async fn write_status(
         &self,
         key: &ObjectKey,
         job: &Arc<TFJob>,

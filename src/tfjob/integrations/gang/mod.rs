@@ -17,7 +17,7 @@
 //! - what to do about the group we see ([`next_step`]): create it before the
 //!   first Pod, fix `minCount` after scaling, wait while an old group is still
 //!   being deleted (a resumed job gets a fresh one), delete it on suspend;
-//! - each Pod's reference to it ([`PodInGroup`]: `spec.schedulingGroup`,
+//! - each Pod's reference to it ([`crate::tfjob::children::scheduling_group::PodInGroup`]: `spec.schedulingGroup`,
 //!   and our [`ANNOTATION_POD_GROUP`] so the cache, which keeps no specs,
 //!   can tell);
 //! - a job whose Pods were created outside a gang it now asks for
@@ -30,9 +30,7 @@
 //! PodGroup CRDs and schedulers); see docs/kubeflow-compatibility.md.
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use serde::Serialize;
 
 use crate::api::defaults::JobSpec;
 use crate::api::pod_group::{
@@ -40,12 +38,7 @@ use crate::api::pod_group::{
 };
 use crate::api::types::{SchedulingPolicy as JobSchedulingPolicy, TFJob};
 use crate::tfjob::children::cached::CachedPod;
-
-/// Set on every Pod created in a group, to the group's name: the Pod
-/// informer caches metadata, not the spec's `schedulingGroup`, and the
-/// plan must tell a Pod in a gang from one created without
-/// ([`outside_a_gang`]).
-pub const ANNOTATION_POD_GROUP: &str = "tfjob-operator.kubeflow.org/pod-group";
+use crate::tfjob::children::scheduling_group::ANNOTATION_POD_GROUP;
 
 /// `--gang-scheduling`: when jobs get a PodGroup.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -444,43 +437,7 @@ fn scheduled_count(message: &str, needed: i32) -> Option<i32> {
     n.trim().parse().ok()
 }
 
-/// A Pod with `spec.schedulingGroup.podGroupName` (and
-/// [`ANNOTATION_POD_GROUP`]) set, as sent to the API server. The field is Kubernetes 1.36+, and our k8s-openapi types are
-/// 1.33's (`earliest`), so it is added to the Pod's JSON here rather than
-/// through the type (which would also change the CRD's PodTemplateSpec
-/// schema generated from it).
-#[derive(Debug)]
-pub struct PodInGroup<'a> {
-    pub pod: &'a Pod,
-    pub group: &'a str,
-}
-
-impl Serialize for PodInGroup<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::Error;
-        let mut value = serde_json::to_value(self.pod).map_err(S::Error::custom)?;
-        let spec = value
-            .get_mut("spec")
-            .and_then(|s| s.as_object_mut())
-            .ok_or_else(|| S::Error::custom("a Pod to create has no spec"))?;
-        spec.insert(
-            "schedulingGroup".into(),
-            serde_json::json!({ "podGroupName": self.group }),
-        );
-        let metadata = value
-            .get_mut("metadata")
-            .and_then(|m| m.as_object_mut())
-            .ok_or_else(|| S::Error::custom("a Pod to create has no metadata"))?;
-        let annotations = metadata
-            .entry("annotations")
-            .or_insert_with(|| serde_json::json!({}));
-        if let Some(annotations) = annotations.as_object_mut() {
-            annotations.insert(ANNOTATION_POD_GROUP.into(), self.group.into());
-        }
-        value.serialize(s)
-    }
-}
-
+pub mod observe;
 pub mod plan;
 #[cfg(test)]
 mod tests;

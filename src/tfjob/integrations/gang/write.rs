@@ -9,50 +9,65 @@ use crate::api::pod_group::{PodGroup, PodGroupCreate};
 use crate::api::types::TFJob;
 use crate::runtime::client::span_status::write_span;
 use crate::runtime::client::unread;
-use crate::tfjob::plan::Action;
+use crate::runtime::events::EventRecorder;
+use crate::tfjob::apply::error::{SyncError, is_status, write_error};
+use crate::tfjob::apply::integration::{Sent, WriteHooks};
+use crate::tfjob::plan::integration::Write;
 
-use crate::tfjob::controller::reconciler::{SyncError, TfJobReconciler, is_status, write_error};
+use super::plan::PodGroupWrite;
 
-impl TfJobReconciler {
+/// Sends the job's PodGroup writes.
+pub struct GangWriter {
+    pub client: kube::Client,
+    pub recorder: EventRecorder,
+}
+
+impl WriteHooks for GangWriter {
     /// The pass's PodGroup writes, in the plan's order, before any Pod is
-    /// created. `true` when the Pods may follow (no create of the group
-    /// failed); the first error, if any, fails the pass after its other
-    /// writes (it is retried with backoff).
-    pub(crate) async fn apply_pod_group(
-        &self,
-        job: &TFJob,
-        actions: &[Action],
-        namespace: &str,
-    ) -> (bool, Result<(), SyncError>) {
-        let api: Api<PodGroup> = Api::namespaced(self.client.clone(), namespace);
-        let (mut ready, mut first_error) = (true, Ok(()));
-        for action in actions {
-            let write = match action {
-                Action::CreatePodGroup(group) => {
-                    let created = self.create_pod_group(job, &api, group).await;
-                    ready &= created.is_ok();
-                    created
+    /// created. The Pods may follow when no create of the group failed;
+    /// the first error, if any, fails the pass after its other writes (it
+    /// is retried with backoff).
+    fn send<'a>(
+        &'a self,
+        job: &'a TFJob,
+        writes: &'a [&'a Write],
+        namespace: &'a str,
+    ) -> futures::future::BoxFuture<'a, Sent> {
+        Box::pin(async move {
+            let api: Api<PodGroup> = Api::namespaced(self.client.clone(), namespace);
+            let (mut ready, mut first_error) = (true, Ok(()));
+            for write in writes.iter().filter_map(|w| w.get::<PodGroupWrite>()) {
+                let result = match write {
+                    PodGroupWrite::Create(group) => {
+                        let created = self.create_pod_group(job, &api, group).await;
+                        ready &= created.is_ok();
+                        created
+                    }
+                    PodGroupWrite::SetMinCount { name, min_count } => {
+                        self.set_pod_group_min_count(job, &api, name, *min_count)
+                            .await
+                    }
+                    PodGroupWrite::Delete { name, uid } => {
+                        self.delete_pod_group(job, &api, name, uid.as_deref()).await
+                    }
+                };
+                if let (Err(e), Ok(())) = (result, &first_error) {
+                    first_error = Err(e);
                 }
-                Action::SetPodGroupMinCount { name, min_count } => {
-                    self.set_pod_group_min_count(job, &api, name, *min_count)
-                        .await
-                }
-                Action::DeletePodGroup { name, uid } => {
-                    self.delete_pod_group(job, &api, name, uid.as_deref()).await
-                }
-                _ => continue,
-            };
-            if let (Err(e), Ok(())) = (write, &first_error) {
-                first_error = Err(e);
             }
-        }
-        (ready, first_error)
+            Sent {
+                pods_may_follow: ready,
+                result: first_error,
+            }
+        })
     }
+}
 
+impl GangWriter {
     /// Creates the job's PodGroup. One that already exists (409) is the
     /// one an earlier pass created, not yet in the cache: a namesake the
     /// cache shows is caught by the plan before any create
-    /// ([`crate::tfjob::controller::reconciler::gang::next_step`]).
+    /// ([`super::next_step`]).
     async fn create_pod_group(
         &self,
         job: &TFJob,

@@ -25,6 +25,8 @@
 pub mod api;
 pub mod gate;
 pub mod multikueue;
+pub mod observe;
+pub mod plan;
 mod sha1;
 pub mod status;
 pub mod workload;

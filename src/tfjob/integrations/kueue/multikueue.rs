@@ -4,12 +4,13 @@ use kube::ResourceExt;
 
 use crate::api::constants::MANAGED_BY_MULTIKUEUE;
 use crate::api::defaults::normalize;
+use crate::api::types::TFJob;
 use crate::tfjob::children::owner_reference;
 use crate::tfjob::plan::conditions::is_finished;
-use crate::tfjob::integrations::kueue::api::LABEL_MULTIKUEUE_ORIGIN;
-use crate::tfjob::integrations::kueue::gate as kueue_gate;
+use crate::tfjob::plan::{Action, Plan};
 
-use crate::tfjob::plan::{Action, Observed, Plan};
+use super::api::LABEL_MULTIKUEUE_ORIGIN;
+use super::gate::{self as kueue_gate, Seen};
 
 /// The Warning on a worker's copy that still says MultiKueue manages it.
 const REASON_MULTIKUEUE_COPY_NOT_RUN: &str = "MultiKueueCopyNotRun";
@@ -19,17 +20,17 @@ const REASON_MULTIKUEUE_COPY_NOT_RUN: &str = "MultiKueueCopyNotRun";
 /// and MultiKueue mirrors its status here. Without Kueue's built-in, its
 /// Workload is still the job controller's to create and finish (docs/kueue.md,
 /// "MultiKueue"); nothing else is done.
-/// `Plan::default()` (nothing to do) for any other `managedBy`, or without
-/// the operator's Workloads.
-pub(crate) fn dispatched(obs: &Observed<'_>, managed_by: Option<&str>) -> Plan {
-    let Some(seen) = obs
-        .kueue
-        .as_ref()
-        .filter(|_| managed_by == Some(MANAGED_BY_MULTIKUEUE))
-    else {
-        return Plan::default();
-    };
-    let job = obs.job;
+/// `None` (nothing to do) for any other `managedBy`.
+pub(super) fn dispatched(
+    job: &TFJob,
+    seen: &Seen<'_>,
+    managed_by: Option<&str>,
+    pods_left: bool,
+    now: jiff::Timestamp,
+) -> Option<Plan> {
+    if managed_by != Some(MANAGED_BY_MULTIKUEUE) {
+        return None;
+    }
     let status = job.status.clone().unwrap_or_default();
     let mut p = Plan {
         status,
@@ -54,17 +55,18 @@ pub(crate) fn dispatched(obs: &Observed<'_>, managed_by: Option<&str>) -> Plan {
                 job.name_any()
             ),
         );
-        return p;
+        return Some(p);
     }
     let name = job.metadata.name.as_deref().unwrap_or_default();
     if let (Ok(spec), Some(owner)) = (normalize(name, &job.spec), owner_reference(job))
         && !is_finished(&p.status)
     {
-        let decision = kueue_gate::gate(job, &spec, &owner, seen, !obs.pods.is_empty());
-        p.actions
-            .extend(decision.writes.into_iter().map(Action::Workload));
+        let decision = kueue_gate::gate(job, &spec, &owner, seen, pods_left);
+        let writes = decision.writes.into_iter();
+        p.actions.extend(writes.map(Action::integration));
     }
-    let writes = kueue_gate::after(job, &p.status, false, seen, obs.now);
-    p.actions.extend(writes.into_iter().map(Action::Workload));
-    p
+    let writes = kueue_gate::after(job, &p.status, false, seen, now);
+    p.actions
+        .extend(writes.into_iter().map(Action::integration));
+    Some(p)
 }

@@ -1,7 +1,5 @@
 //! The job's Kueue Workload writes ([`crate::tfjob::integrations::kueue`]): sent one at a
 //! time, before the pass's Pods, and what the plan reads about Workloads.
-use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -12,59 +10,49 @@ use crate::api::types::TFJob;
 use crate::runtime::cache::key::ObjectKey;
 use crate::runtime::client::span_status::write_span;
 use crate::runtime::client::unread;
-use crate::tfjob::integrations::kueue::api::{
-    PriorityClassRef, ResourceFlavor, Workload, WorkloadCreate, WorkloadPriorityClass,
-};
-use crate::tfjob::integrations::kueue::gate::{self, WorkloadWrite};
-use crate::tfjob::plan::Action;
+use crate::tfjob::apply::error::{SyncError, is_status, write_error};
+use crate::tfjob::apply::integration::{Sent, WriteHooks};
+use crate::tfjob::plan::integration::Write;
 
-use crate::tfjob::controller::reconciler::{SyncError, TfJobReconciler, WORKLOAD_OWNER_INDEX, is_status, write_error};
+use super::api::{PriorityClassRef, Workload, WorkloadCreate, WorkloadPriorityClass};
+use super::gate::{self, WorkloadWrite};
+use super::observe::KueueWorkloads;
 
-impl TfJobReconciler {
-    /// The job's Workloads (any creator) and the ResourceFlavors their
-    /// admissions name, from the caches; empty without Kueue.
-    pub(crate) fn kueue_view(
-        &self,
-        key: &ObjectKey,
-    ) -> (Vec<Arc<Workload>>, BTreeMap<String, Arc<ResourceFlavor>>) {
-        let Some(cache) = self.apis.workloads() else {
-            return (Vec::new(), BTreeMap::new());
-        };
-        let mut workloads = cache.by_index(WORKLOAD_OWNER_INDEX, &key.to_string());
-        // A prebuilt Workload (MultiKueue's, on a worker) is not the job's
-        // until adopted: found by the name the job's label gives.
-        let prebuilt = self
-            .jobs
-            .get(key)
-            .and_then(|job| crate::tfjob::integrations::kueue::workload::prebuilt_name(&job).map(str::to_owned));
-        if let Some(name) = prebuilt
-            && !workloads
-                .iter()
-                .any(|w| w.metadata.name.as_deref() == Some(&name))
-            && let Some(w) = cache.get(&ObjectKey::new(key.namespace(), &name))
-        {
-            workloads.push(w);
-        }
-        let mut flavors = BTreeMap::new();
-        if let Some(cache) = self.apis.flavors() {
-            let named = workloads
-                .iter()
-                .filter_map(|w| w.status.as_ref()?.admission.as_ref())
-                .flat_map(|a| &a.pod_set_assignments)
-                .flat_map(|psa| psa.flavors.values());
-            for name in named {
-                if let Some(flavor) = cache.get(&ObjectKey::new(None, name)) {
-                    flavors.insert(name.clone(), flavor);
+impl WriteHooks for KueueWorkloads {
+    /// The pass's Workload writes, in the plan's order; the first error, if
+    /// any, fails the pass (retried with backoff).
+    fn send<'a>(
+        &'a self,
+        job: &'a TFJob,
+        writes: &'a [&'a Write],
+        namespace: &'a str,
+    ) -> futures::future::BoxFuture<'a, Sent> {
+        Box::pin(async move {
+            let api: Api<Workload> = Api::namespaced(self.client.clone(), namespace);
+            let mut first_error = Ok(());
+            for write in writes.iter().filter_map(|w| w.get::<WorkloadWrite>()) {
+                let result = self.write_workload(job, &api, namespace, write).await;
+                if let (Err(e), Ok(())) = (result, &first_error) {
+                    first_error = Err(e);
                 }
             }
-        }
-        (workloads, flavors)
+            Sent {
+                pods_may_follow: true,
+                result: first_error,
+            }
+        })
     }
+}
 
+impl KueueWorkloads {
     /// Removes Kueue's finalizer from the Workloads we created for a job
     /// that is gone or being deleted (garbage collection deletes them).
-    pub(crate) async fn release_workloads(&self, key: &ObjectKey) -> Result<(), SyncError> {
-        let (workloads, _) = self.kueue_view(key);
+    pub(super) async fn release_workloads(
+        &self,
+        key: &ObjectKey,
+        job: Option<&TFJob>,
+    ) -> Result<(), SyncError> {
+        let (workloads, _) = self.kueue_view(key, job);
         let namespace = key.namespace().unwrap_or_default();
         let api: Api<Workload> = Api::namespaced(self.client.clone(), namespace);
         for write in gate::release_all(&workloads) {
@@ -78,28 +66,6 @@ impl TfJobReconciler {
             }
         }
         Ok(())
-    }
-
-    /// The pass's Workload writes, in the plan's order; the first error, if
-    /// any, fails the pass (retried with backoff).
-    pub(crate) async fn apply_workload(
-        &self,
-        job: &TFJob,
-        actions: &[Action],
-        namespace: &str,
-    ) -> Result<(), SyncError> {
-        let api: Api<Workload> = Api::namespaced(self.client.clone(), namespace);
-        let mut first_error = Ok(());
-        for action in actions {
-            let Action::Workload(write) = action else {
-                continue;
-            };
-            let result = self.write_workload(job, &api, namespace, write).await;
-            if let (Err(e), Ok(())) = (result, &first_error) {
-                first_error = Err(e);
-            }
-        }
-        first_error
     }
 
     async fn write_workload(
@@ -157,7 +123,7 @@ impl TfJobReconciler {
                 let patch = serde_json::json!({ "metadata": {
                     "resourceVersion": resource_version,
                     "ownerReferences": owners,
-                    "labels": { crate::tfjob::integrations::kueue::api::LABEL_JOB_UID: owner.uid },
+                    "labels": { super::api::LABEL_JOB_UID: owner.uid },
                 }});
                 let sent = api
                     .patch(name, &PatchParams::default(), &Patch::Merge(&patch))

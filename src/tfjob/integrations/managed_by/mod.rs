@@ -23,6 +23,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::api::types::TFJob;
 use crate::runtime::cache::key::ObjectKey;
+use crate::tfjob::observe::integration::{AsPlanned, ObserveHooks};
+use crate::tfjob::plan::integration::PlanHooks;
 
 /// The event reason of the Warning (ours; Kubeflow refuses in its webhook
 /// and so has none).
@@ -178,6 +180,26 @@ fn change_refused(first: &Managers, now: &Managers) -> String {
          new value.",
         changed.join(" and ")
     )
+}
+
+impl ObserveHooks for ManagerMemory {
+    fn observe(&self, _key: &ObjectKey, _job: &TFJob) -> Option<Box<dyn PlanHooks>> {
+        None
+    }
+
+    fn as_planned(&self, key: &ObjectKey, job: &Arc<TFJob>) -> Option<AsPlanned> {
+        match self.check(key, job) {
+            Verdict::Unchanged => None,
+            Verdict::Changed { job, warning } => Some(AsPlanned {
+                job: Arc::from(job),
+                warning: warning.map(|message| (REASON_MANAGED_BY_CHANGE_IGNORED, message)),
+            }),
+        }
+    }
+
+    fn forget(&self, key: &ObjectKey) {
+        ManagerMemory::forget(self, key);
+    }
 }
 
 #[cfg(test)]

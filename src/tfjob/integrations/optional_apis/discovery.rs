@@ -21,8 +21,8 @@ use crate::runtime::manager::server::DetailLine;
 use crate::runtime::workqueue::rate_limiting::RateLimitingQueue;
 use crate::tfjob::integrations::gang::{self, GangMode, GangScheduling};
 use crate::tfjob::integrations::kueue::api::{self as kueue_api, ResourceFlavor, Workload};
+use crate::tfjob::integrations::kueue::observe::WORKLOAD_OWNER_INDEX;
 use crate::tfjob::integrations::kueue::{self, KueueMode};
-use crate::tfjob::controller::reconciler::WORKLOAD_OWNER_INDEX;
 
 use super::{OptionalApis, REDISCOVER_EVERY};
 

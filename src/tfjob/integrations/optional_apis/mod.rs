@@ -34,7 +34,6 @@
 //! The view is switched on, never off: once Kueue is found, a server that
 //! stops serving it keeps queued jobs held (their Workloads cannot be
 //! read) until the operator restarts and is told otherwise.
-use std::borrow::Cow;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
@@ -42,7 +41,6 @@ use crate::api::pod_group::PodGroup;
 use crate::runtime::cache::store::Indexer;
 use crate::tfjob::integrations::gang::GangScheduling;
 use crate::tfjob::integrations::kueue::api::{ResourceFlavor, Workload};
-use crate::tfjob::plan::PlanConfig;
 
 pub mod discovery;
 
@@ -66,20 +64,6 @@ impl OptionalApis {
     /// Whether jobs get a PodGroup now.
     pub fn gang(&self) -> GangScheduling {
         *self.gang.read().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// `base` with the gang setting of now. Read before [`Self::pod_groups`]
-    /// in a pass: a setting that wants gangs comes with their cache.
-    pub fn plan_config<'a>(&self, base: &'a PlanConfig) -> Cow<'a, PlanConfig> {
-        let gang = self.gang();
-        if base.gang == gang {
-            Cow::Borrowed(base)
-        } else {
-            Cow::Owned(PlanConfig {
-                gang,
-                ..base.clone()
-            })
-        }
     }
 
     /// The PodGroup cache, once gangs are in use.

@@ -10,7 +10,6 @@ use crate::runtime::client::discovery::tests::{api_group, resources, scripted_cl
 use crate::tfjob::integrations::gang::{self, GangMode, GangScheduling};
 use crate::tfjob::integrations::kueue::api::{GROUP, VERSION, WORKLOADS};
 use crate::tfjob::integrations::kueue::{self, Kueue, KueueMode};
-use crate::tfjob::plan::PlanConfig;
 
 use super::OptionalApis;
 use super::discovery::until_served;
@@ -207,12 +206,11 @@ async fn an_error_after_the_start_neither_finds_nor_loses_the_api() {
 fn the_view_switches_on_with_its_caches_and_the_plan_sees_the_gang_of_now() {
     let apis = OptionalApis::default();
     assert!(apis.workloads().is_none() && apis.flavors().is_none() && apis.pod_groups().is_none());
-    let base = PlanConfig::default();
-    assert_eq!(apis.plan_config(&base).gang, GangScheduling::Unavailable);
+    assert_eq!(apis.gang(), GangScheduling::Unavailable);
     let reader = apis.clone();
     apis.set_gang(GangScheduling::Auto, Some(Default::default()));
     apis.set_kueue(Default::default(), Default::default());
-    assert_eq!(reader.plan_config(&base).gang, GangScheduling::Auto);
+    assert_eq!(reader.gang(), GangScheduling::Auto);
     assert!(reader.pod_groups().is_some());
     assert!(reader.workloads().is_some() && reader.flavors().is_some());
 }

@@ -104,8 +104,7 @@ fn plan_under_kubeflows_crd(job: &TFJob, pod: CachedPod, service: CachedService)
             job,
             pods: &[Arc::new(pod)],
             services: &[Arc::new(service)],
-            pod_group: None,
-            kueue: None,
+            integrations: &[],
             now: Timestamp::from_second(1_800_000_000).unwrap(),
         },
         &PlanConfig {

@@ -13,15 +13,17 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::tfjob::plan::bookkeeping::{ANNOTATION as BOOKKEEPING, Bookkeeping};
-use crate::tfjob::children::cached::{CachedPod, CachedService};
-use crate::tfjob::children::{ChildContext, owner_reference};
-use crate::tfjob::plan::{Action, Observed, Plan, PlanConfig, plan};
-use crate::tfjob::kubeflow::schema::StatusSchema;
 use crate::api::constants::ReplicaType;
 use crate::api::defaults::normalize;
 use crate::api::fixtures::TfJobFixture;
 use crate::api::types::{ReplicaStatus, TFJob, TFJobStatus};
+use crate::tfjob::children::cached::{CachedPod, CachedService};
+use crate::tfjob::children::{ChildContext, owner_reference};
+use crate::tfjob::integrations::gang::GangScheduling;
+use crate::tfjob::integrations::gang::plan::GangPass;
+use crate::tfjob::kubeflow::schema::StatusSchema;
+use crate::tfjob::plan::bookkeeping::{ANNOTATION as BOOKKEEPING, Bookkeeping};
+use crate::tfjob::plan::{Action, Observed, Plan, PlanConfig, plan};
 
 const NOW: i64 = 1_800_000_000;
 
@@ -169,13 +171,18 @@ impl World {
     }
 
     fn plan(&self) -> Plan {
+        // As the operator runs before its discovery answers: the gang
+        // integration registered, PodGroups not (yet) served.
+        let gang = GangPass {
+            setting: GangScheduling::Unavailable,
+            group: None,
+        };
         plan(
             &Observed {
                 job: &self.job,
                 pods: &self.pods,
                 services: &self.services,
-                pod_group: None,
-                kueue: None,
+                integrations: &[&gang],
                 now: at(NOW),
             },
             &PlanConfig {

@@ -125,8 +125,7 @@ fn a_disrupted_pod_stuck_terminating_on_a_lost_node_is_force_deleted_after_the_w
                 job: &w.job,
                 pods: &w.pods,
                 services: &w.services,
-                pod_group: None,
-                kueue: None,
+                integrations: &[],
                 now: at(NOW),
             },
             &PlanConfig {
@@ -163,8 +162,7 @@ fn a_pod_being_deleted_normally_is_never_force_deleted() {
             job: &w.job,
             pods: &w.pods,
             services: &w.services,
-            pod_group: None,
-            kueue: None,
+            integrations: &[],
             now: at(NOW),
         },
         &PlanConfig {

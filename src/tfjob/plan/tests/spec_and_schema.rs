@@ -6,8 +6,8 @@ use crate::api::constants::ReplicaType::Worker;
 use crate::api::fixtures::TfJobFixture;
 use crate::api::types::RestartPolicy;
 use crate::api::types::SuccessPolicy;
-use crate::tfjob::plan::Plan;
 use crate::tfjob::kubeflow::schema::StatusSchema;
+use crate::tfjob::plan::Plan;
 
 #[test]
 fn an_invalid_spec_fails_with_a_warning_and_creates_nothing() {

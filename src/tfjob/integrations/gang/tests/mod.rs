@@ -6,6 +6,7 @@ use crate::api::fixtures::TfJobFixture;
 use crate::api::pod_group::PodGroupStatus;
 use crate::api::types::SchedulingPolicy as JobSchedulingPolicy;
 use crate::tfjob::children::owner_reference;
+use crate::tfjob::children::scheduling_group::PodInGroup;
 
 fn job(policy: Option<JobSchedulingPolicy>) -> TFJob {
     let mut job = TfJobFixture::new("j")

@@ -7,15 +7,16 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::tfjob::children::cached::CachedPod;
-use crate::tfjob::children::{ChildContext, owner_reference};
-use crate::tfjob::integrations::gang::GangScheduling;
-use crate::tfjob::plan::{Action, Observed, Plan, PlanConfig, plan};
 use crate::api::constants::ReplicaType;
 use crate::api::defaults::normalize;
 use crate::api::fixtures::TfJobFixture;
 use crate::api::pod_group::{PodGroup, PodGroupStatus};
 use crate::api::types::{SchedulingPolicy, TFJob};
+use crate::tfjob::children::cached::CachedPod;
+use crate::tfjob::children::{ChildContext, owner_reference};
+use crate::tfjob::integrations::gang::GangScheduling;
+use crate::tfjob::integrations::gang::plan::{GangPass, PodGroupWrite};
+use crate::tfjob::plan::{Action, Observed, Plan, PlanConfig, plan};
 
 const NOW: i64 = 1_800_000_000;
 
@@ -33,19 +34,19 @@ fn run(
     group: Option<&PodGroup>,
     gang: GangScheduling,
 ) -> Plan {
+    let gang = GangPass {
+        setting: gang,
+        group: group.cloned().map(Arc::new),
+    };
     plan(
         &Observed {
             job,
             pods,
             services: &[],
-            pod_group: group,
-            kueue: None,
+            integrations: &[&gang],
             now: Timestamp::from_second(NOW).expect("a time"),
         },
-        &PlanConfig {
-            gang,
-            ..PlanConfig::default()
-        },
+        &PlanConfig::default(),
     )
 }
 
@@ -99,7 +100,7 @@ fn events<'a>(p: &'a Plan, reason: &str) -> Vec<&'a str> {
 fn the_group_is_created_before_the_pods_that_join_it() {
     let j = job(3, true);
     let p = run(&j, &[], None, GangScheduling::Auto);
-    let Some(Action::CreatePodGroup(group)) = p.actions.first() else {
+    let Some(PodGroupWrite::Create(group)) = p.actions.first().and_then(Action::write) else {
         panic!("the group first: {:?}", p.actions);
     };
     assert_eq!(group.min_count(), Some(3));
@@ -114,8 +115,8 @@ fn an_operator_restart_finds_the_group_and_creates_no_second_one() {
     let group = group_of(&j);
     let p = run(&j, &[], Some(&group), GangScheduling::Auto);
     assert!(!p.actions.iter().any(|a| matches!(
-        a,
-        Action::CreatePodGroup(_) | Action::SetPodGroupMinCount { .. }
+        a.write(),
+        Some(PodGroupWrite::Create(_) | PodGroupWrite::SetMinCount { .. })
     )));
     assert_eq!((creates_pods(&p), p.pod_group.as_deref()), (3, Some("j")));
 }
@@ -129,12 +130,12 @@ fn auto_leaves_jobs_without_a_scheduling_policy_alone_and_on_gangs_them() {
         !auto
             .actions
             .iter()
-            .any(|a| matches!(a, Action::CreatePodGroup(_)))
+            .any(|a| matches!(a.write(), Some(PodGroupWrite::Create(_))))
     );
     let on = run(&j, &[], None, GangScheduling::On);
     assert!(matches!(
-        on.actions.first(),
-        Some(Action::CreatePodGroup(_))
+        on.actions.first().and_then(Action::write),
+        Some(PodGroupWrite::Create(_))
     ));
 }
 
@@ -146,7 +147,7 @@ fn without_the_api_the_pods_join_no_group_and_the_warning_stays() {
     assert!(
         !p.actions
             .iter()
-            .any(|a| matches!(a, Action::CreatePodGroup(_)))
+            .any(|a| matches!(a.write(), Some(PodGroupWrite::Create(_))))
     );
     let warned = events(&p, "SchedulingPolicyIgnored");
     assert_eq!(warned.len(), 1);
@@ -177,10 +178,13 @@ fn a_scaled_job_sets_its_groups_min_count() {
     let after = job(4, true);
     let pods = [pending_pod(&after, 0, false), pending_pod(&after, 1, false)];
     let p = run(&after, &pods, Some(&group), GangScheduling::Auto);
-    assert!(p.actions.contains(&Action::SetPodGroupMinCount {
-        name: "j".into(),
-        min_count: 4
-    }));
+    assert!(
+        p.actions
+            .contains(&Action::integration(PodGroupWrite::SetMinCount {
+                name: "j".into(),
+                min_count: 4
+            }))
+    );
     assert_eq!(creates_pods(&p), 2, "the two new Workers, in the group");
     assert_eq!(p.pod_group.as_deref(), Some("j"));
 }
@@ -192,10 +196,13 @@ fn suspending_deletes_the_group_and_resuming_waits_for_it_to_go() {
     group.metadata.uid = Some("group-uid".into());
     j.spec.run_policy.suspend = Some(true);
     let p = run(&j, &[], Some(&group), GangScheduling::Auto);
-    assert!(p.actions.contains(&Action::DeletePodGroup {
-        name: "j".into(),
-        uid: Some("group-uid".into()),
-    }));
+    assert!(
+        p.actions
+            .contains(&Action::integration(PodGroupWrite::Delete {
+                name: "j".into(),
+                uid: Some("group-uid".into()),
+            }))
+    );
 
     // Resumed while the old group still waits for its Pods to go (its
     // protection finalizer): no Pod joins a dying group.
@@ -208,8 +215,8 @@ fn suspending_deletes_the_group_and_resuming_waits_for_it_to_go() {
     // Gone: a fresh group, then the Pods.
     let fresh = run(&j, &[], None, GangScheduling::Auto);
     assert!(matches!(
-        fresh.actions.first(),
-        Some(Action::CreatePodGroup(_))
+        fresh.actions.first().and_then(Action::write),
+        Some(PodGroupWrite::Create(_))
     ));
     assert_eq!(creates_pods(&fresh), 2);
 }
@@ -311,10 +318,10 @@ fn once_the_gang_runs_the_created_condition_has_kubeflows_reason_again() {
 /// annotation that says so (its spec's `schedulingGroup` is not cached).
 fn pod_in_group(job: &TFJob, index: i32) -> Arc<CachedPod> {
     let mut pod = (*pending_pod(job, index, false)).clone();
-    pod.metadata
-        .annotations
-        .get_or_insert_default()
-        .insert(crate::tfjob::integrations::gang::ANNOTATION_POD_GROUP.into(), "j".into());
+    pod.metadata.annotations.get_or_insert_default().insert(
+        crate::tfjob::integrations::gang::ANNOTATION_POD_GROUP.into(),
+        "j".into(),
+    );
     Arc::new(pod)
 }
 
@@ -322,10 +329,10 @@ fn pod_in_group(job: &TFJob, index: i32) -> Arc<CachedPod> {
 fn with_books(job: &TFJob, p: &Plan) -> TFJob {
     let mut job = job.clone();
     let books = p.bookkeeping.as_ref().expect("bookkeeping to write");
-    job.metadata
-        .annotations
-        .get_or_insert_default()
-        .insert(crate::tfjob::plan::bookkeeping::ANNOTATION.into(), books.to_annotation());
+    job.metadata.annotations.get_or_insert_default().insert(
+        crate::tfjob::plan::bookkeeping::ANNOTATION.into(),
+        books.to_annotation(),
+    );
     job
 }
 
@@ -339,7 +346,7 @@ fn a_scheduling_policy_added_after_the_pods_makes_no_group_and_warns_once() {
     assert!(
         !p.actions
             .iter()
-            .any(|a| matches!(a, Action::CreatePodGroup(_))),
+            .any(|a| matches!(a.write(), Some(PodGroupWrite::Create(_)))),
         "a group only the replacement joined would never reach minCount: {:?}",
         p.actions
     );
@@ -397,7 +404,10 @@ fn a_job_that_ran_outside_its_gang_gets_one_once_its_pods_are_gone() {
     // Suspended and resumed: no Pods left. A fresh group, then the Pods in
     // it, and the bookkeeping forgets (a later late policy warns again).
     let p = run(&j, &[], None, GangScheduling::Auto);
-    assert!(matches!(p.actions.first(), Some(Action::CreatePodGroup(_))));
+    assert!(matches!(
+        p.actions.first().and_then(Action::write),
+        Some(PodGroupWrite::Create(_))
+    ));
     assert_eq!((creates_pods(&p), p.pod_group.as_deref()), (2, Some("j")));
     assert!(p.bookkeeping.as_ref().is_some_and(|b| !b.outside_a_gang));
 }

@@ -4,8 +4,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::tfjob::integrations::gang::GangScheduling;
+use crate::tfjob::integrations::gang::plan::{GangPass, PodGroupWrite};
+use crate::tfjob::integrations::kueue::plan::KueuePass;
+
 use super::{
-    Action, Gate, Observed, PlanConfig, ReplicaType, Seen, WorkloadWrite, admitted, created,
+    Action, Gate, Observed, PlanConfig, ReplicaType, WorkloadWrite, admitted, created,
     creates_pods, decide, evicted, flavors, gate, job, job_condition, job_condition_of, normalize,
     now, owner_reference, plan, reason, run_plan, running_pod, writes,
 };
@@ -26,28 +30,28 @@ fn an_evicted_gang_gives_up_its_pod_group() {
         running_pod(&job, ReplicaType::Worker, 0),
         running_pod(&job, ReplicaType::Worker, 1),
     ];
-    let flavors = flavors();
+    let gang = GangPass {
+        setting: GangScheduling::Auto,
+        group: Some(Arc::new(group)),
+    };
+    let kueue = KueuePass {
+        workloads: vec![w],
+        flavors: flavors(),
+    };
     let p = plan(
         &Observed {
             job: &job,
             pods: &pods,
             services: &[],
-            pod_group: Some(&group),
-            kueue: Some(Seen {
-                workloads: std::slice::from_ref(&w),
-                flavors: &flavors,
-            }),
+            integrations: &[&gang, &kueue],
             now: now(),
         },
-        &PlanConfig {
-            gang: crate::tfjob::integrations::gang::GangScheduling::Auto,
-            ..PlanConfig::default()
-        },
+        &PlanConfig::default(),
     );
     assert!(
         p.actions
             .iter()
-            .any(|a| matches!(a, Action::DeletePodGroup { name, .. } if name == "j")),
+            .any(|a| matches!(a.write(), Some(PodGroupWrite::Delete { name, .. }) if name == "j")),
         "{:?}",
         p.actions
     );

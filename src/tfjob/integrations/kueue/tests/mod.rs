@@ -17,7 +17,8 @@ use super::api::{
     Admission, FINALIZER_RESOURCE_IN_USE, PodSetAssignment, ResourceFlavor, ResourceFlavorSpec,
     Workload, WorkloadStatus,
 };
-use super::gate::{self, Gate, PodPlacement, Seen, WorkloadWrite};
+use super::gate::{self, Gate, Seen, WorkloadWrite};
+use super::plan::KueuePass;
 use super::workload;
 use super::{Kueue, KueueMode};
 use crate::api::constants::{ReplicaType, condition as job_condition, reason};
@@ -25,6 +26,7 @@ use crate::api::defaults::normalize;
 use crate::api::fixtures::TfJobFixture;
 use crate::api::types::{ReplicaStatus, TFJob, TFJobStatus};
 use crate::tfjob::children::cached::CachedPod;
+use crate::tfjob::children::placement::PodPlacement;
 use crate::tfjob::children::{ChildContext, owner_reference};
 use crate::tfjob::plan::{Action, Observed, Plan, PlanConfig, plan};
 
@@ -135,17 +137,16 @@ fn decide(job: &TFJob, workloads: &[Arc<Workload>]) -> gate::Decision {
 }
 
 fn run_plan(job: &TFJob, pods: &[Arc<CachedPod>], workloads: &[Arc<Workload>]) -> Plan {
-    let flavors = flavors();
+    let kueue = KueuePass {
+        workloads: workloads.to_vec(),
+        flavors: flavors(),
+    };
     plan(
         &Observed {
             job,
             pods,
             services: &[],
-            pod_group: None,
-            kueue: Some(Seen {
-                workloads,
-                flavors: &flavors,
-            }),
+            integrations: &[&kueue],
             now: now(),
         },
         &PlanConfig::default(),
@@ -169,10 +170,7 @@ fn running_pod(job: &TFJob, rtype: ReplicaType, index: i32) -> Arc<CachedPod> {
 fn writes(p: &Plan) -> Vec<&WorkloadWrite> {
     p.actions
         .iter()
-        .filter_map(|a| match a {
-            Action::Workload(w) => Some(w),
-            _ => None,
-        })
+        .filter_map(Action::write::<WorkloadWrite>)
         .collect()
 }
 
@@ -883,8 +881,7 @@ fn a_job_multikueue_dispatches_from_here_gets_its_workload_and_nothing_else() {
             job: &job,
             pods: &[],
             services: &[],
-            pod_group: None,
-            kueue: None,
+            integrations: &[],
             now: now(),
         },
         &PlanConfig::default(),
