@@ -37,7 +37,7 @@ pub(super) fn past_backoff_limit(
         tally.in_place_restarts > 0 && so_far >= limit
     };
     let new = tally.new_restarts;
-    if !past && !(new > 0 && so_far + new > limit) {
+    if !(past || new > 0 && so_far + new > limit) {
         return false;
     }
     // The failures of this pass are not restarted: not counted (the
