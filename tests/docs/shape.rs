@@ -148,6 +148,69 @@ fn imports_of<'a>(text: &'a str, path: &str) -> Vec<(usize, &'a str)> {
         .collect()
 }
 
+/// `src/tfjob/` is rooms: Kubeflow's reference, the children a job is
+/// made of, the lifecycle's phases, the integrations plugged into the
+/// phases' seams, and the controller that wires them. Each room names only
+/// the rooms below it (`ROOMS`, lowest first), so a phase never reaches up
+/// into an integration and the lifecycle reads without them. Test files
+/// may compose a phase with an integration (the plan's tests with a gang).
+const ROOMS: [&str; 8] = [
+    "kubeflow",
+    "children",
+    "plan",
+    "status",
+    "apply",
+    "observe",
+    "integrations",
+    "controller",
+];
+
+#[test]
+fn tfjob_rooms_import_only_the_rooms_below_them() {
+    let mut problems = Vec::new();
+    for (path, text) in rust_files() {
+        let Some(rest) = path.strip_prefix("src/tfjob/") else {
+            continue;
+        };
+        let is_test = rest.contains("/tests/") || rest.ends_with("tests.rs");
+        let room = rest.split('/').next().unwrap_or_default();
+        let Some(level) = ROOMS.iter().position(|r| *r == room) else {
+            continue;
+        };
+        // An inline test module at the end of a file is test code too.
+        let code = text
+            .split("#[cfg(test)]\nmod tests {")
+            .next()
+            .unwrap_or_default();
+        for above in ROOMS[level + 1..].iter().filter(|_| !is_test) {
+            let forbidden = format!("crate::tfjob::{above}");
+            for (line, code) in imports_of(code, &forbidden) {
+                problems.push(format!(
+                    "{path}:{line}: the {room} room must not use {forbidden}: `{}`",
+                    code.trim()
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn tfjob_shows_its_rooms_at_its_top_and_nothing_else() {
+    let mut top: Vec<String> = std::fs::read_dir(repo_root().join("src/tfjob"))
+        .expect("src/tfjob")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    top.sort();
+    let mut expected: Vec<String> = ROOMS.iter().map(|r| r.to_string()).collect();
+    expected.extend(["lifecycle_model".to_owned(), "mod.rs".to_owned()]);
+    expected.sort();
+    assert_eq!(
+        top, expected,
+        "src/tfjob/ holds its rooms (tests/docs/shape.rs ROOMS), the lifecycle model and mod.rs"
+    );
+}
+
 #[test]
 fn imports_go_downward_between_the_top_level_modules() {
     // (folder, what it must never name): lib.rs lists the order.

@@ -119,7 +119,11 @@ impl TfJobReconciler {
         let Some(books) = &plan.bookkeeping else {
             return Ok(seen);
         };
-        match self.status.write_bookkeeping(key, &seen.job, books).await {
+        let written = self.status.write_bookkeeping(key, &seen.job, books).await;
+        match written.map_err(|source| SyncError::Bookkeeping {
+            key: key.clone(),
+            source,
+        }) {
             Ok(updated) => {
                 seen.stored = updated.clone();
                 seen.job = updated;
@@ -152,12 +156,14 @@ impl TfJobReconciler {
         }
         let changed = seen.stored.status.as_ref() != Some(&plan.status);
         let span = tracing::debug_span!("status", changed);
-        let status_due = match self
-            .status
-            .write_status(key, &seen.stored, plan)
+        let written = self.status.write_status(key, &seen.stored, plan);
+        let status_due = match written
             .instrument(span)
             .await
-        {
+            .map_err(|source| SyncError::Status {
+                key: key.clone(),
+                source,
+            }) {
             // Our cached copy was older than the server's: the watch event
             // for the newer version is on its way and will enqueue the job
             // again, so this is not an error worth a backoff. The short

@@ -16,7 +16,6 @@ use crate::api::types::TFJob;
 use crate::runtime::cache::key::ObjectKey;
 use crate::runtime::client::span_status::write_span;
 
-use crate::tfjob::apply::error::SyncError;
 use crate::tfjob::plan::Plan;
 use crate::tfjob::plan::bookkeeping::{ANNOTATION as BOOKKEEPING_ANNOTATION, Bookkeeping};
 
@@ -45,7 +44,7 @@ impl StatusWriter {
         key: &ObjectKey,
         job: &Arc<TFJob>,
         books: &Bookkeeping,
-    ) -> Result<Arc<TFJob>, SyncError> {
+    ) -> Result<Arc<TFJob>, kube::Error> {
         let namespace = job.metadata.namespace.clone().unwrap_or_default();
         let api: Api<TFJob> = Api::namespaced(self.client.clone(), &namespace);
         let patch = serde_json::json!({
@@ -65,10 +64,7 @@ impl StatusWriter {
                 }
                 Ok(Arc::new(stored))
             }
-            Err(source) => Err(SyncError::Bookkeeping {
-                key: key.clone(),
-                source,
-            }),
+            Err(source) => Err(source),
         }
     }
 
@@ -85,7 +81,7 @@ impl StatusWriter {
         key: &ObjectKey,
         job: &Arc<TFJob>,
         plan: &Plan,
-    ) -> Result<Option<Duration>, SyncError> {
+    ) -> Result<Option<Duration>, kube::Error> {
         if plan.status_is_remote {
             return Ok(None);
         }
@@ -115,10 +111,7 @@ impl StatusWriter {
                 self.deferred.forget(key);
                 Ok(None)
             }
-            Err(source) => Err(SyncError::Status {
-                key: key.clone(),
-                source,
-            }),
+            Err(source) => Err(source),
         }
     }
 }
