@@ -42,5 +42,7 @@ pub mod cache;
 pub mod client;
 pub mod controller;
 pub mod events;
+pub mod leader_election;
 pub mod manager;
+pub mod metrics;
 pub mod workqueue;

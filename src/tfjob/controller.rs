@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::api::constants::LABEL_JOB_NAME;
 use crate::api::types::TFJob;
+use crate::observability::metrics::SharedRegistry;
 use crate::runtime::cache::factory::{FactoryError, InformerFactory, WatchConfig};
 use crate::runtime::cache::informer::SharedInformer;
 use crate::runtime::cache::reflector::Transform;
@@ -56,6 +57,9 @@ pub struct Options {
     pub gang: GangMode,
     /// `--kueue`: likewise ([`super::kueue`]).
     pub kueue: KueueMode,
+    /// The Prometheus registry the job metrics go to (the manager's
+    /// `registry()` is the pipeline's seam over it).
+    pub registry: SharedRegistry,
 }
 
 /// Why the controller could not be set up.
@@ -138,7 +142,7 @@ pub fn reconciler(
         apis,
         expectations,
         recorder: manager.event_recorder(COMPONENT),
-        metrics: JobMetrics::register(&manager.registry()),
+        metrics: JobMetrics::register(&options.registry),
         plan_config: PlanConfig {
             cluster_domain: options.cluster_domain.clone(),
             status_schema: options.status_schema,
