@@ -404,7 +404,7 @@ impl<R: Reconciler> Inner<R> {
     async fn reconcile_handler(&self, key: &ObjectKey) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         // controller-runtime's log keys, so JSON logs read like a Go controller's.
-        // No parent: each reconcile is a trace of its own (observability::otlp).
+        // No parent: each reconcile is a trace of its own (as exported over OTLP).
         let span = tracing::info_span!(parent: None, "reconcile", controller = %self.name, namespace = key.namespace().unwrap_or_default(), name = key.name(), reconcileID = id, otel.status_code = tracing::field::Empty);
         let start = Instant::now();
         // A panic must not take the worker (or the process) down with it.

@@ -1,5 +1,7 @@
 //! What can go wrong in leader election: a config client-go would refuse,
-//! or a read or write of the lock that failed.
+//! or a read or write of the lock that failed. client-go's
+//! `tools/leaderelection` returns these as wrapped `error`s; here they are
+//! one enum with a stable `category()`.
 /// Errors from leader election.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderElectionError {

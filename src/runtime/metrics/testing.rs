@@ -2,8 +2,9 @@
 //! renders them in the Prometheus text format's shape (`# TYPE` lines,
 //! `_total` on counters, `_sum`/`_count`/`_bucket{le=…}` on histograms), so
 //! a test reads exactly the series its component counted without the
-//! Prometheus registry the process plugs in (`observability::metrics`,
-//! whose own tests show it renders the same lines).
+//! Prometheus registry the process plugs in (whose own tests show it
+//! renders the same lines). client-go's workqueue tests do the same with a
+//! `testMetricsProvider` (`util/workqueue/metrics_test.go`).
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
