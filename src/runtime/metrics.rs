@@ -9,7 +9,7 @@
 //! `/metrics`. Runtime code names its families here (names, help, labels,
 //! buckets: what dashboards chart); what stores and renders them is plugged
 //! in by the caller (the process's Prometheus registry, beside the
-//! pipeline, not in it). A test builds a [`testing::TextRegistry`].
+//! pipeline, not in it). A test builds a `testing::TextRegistry`.
 //!
 //! A family is asked for once per component; label values are resolved to a
 //! handle up front wherever they are known, so a hot path (a queue's add)
