@@ -20,6 +20,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
+use tfjob_operator::observability::metrics::new_registry;
+use tfjob_operator::observability::metrics::pipeline::pipeline_metrics;
 use tfjob_operator::runtime::cache::factory::{InformerFactory, WatchConfig};
 use tfjob_operator::runtime::cache::key::ObjectKey;
 use tfjob_operator::runtime::cache::store::Indexer;
@@ -138,7 +140,8 @@ pub fn manager(
         sources: sources.indexer(),
         summaries: summaries.indexer(),
     };
-    let mut manager = Manager::new(client, config);
+    // `/metrics` serves a Prometheus registry of its own.
+    let mut manager = Manager::new(client, config, pipeline_metrics(&new_registry()));
     let controller = Controller::builder("configmap-summarizer")
         .for_informer(&sources)
         .owns(&summaries)

@@ -10,11 +10,13 @@
 //!   the controller's own rules).
 //! - [`tfjob`]: the TFJob controller (observe → plan → apply → status).
 //! - [`api`]: the `kubeflow.org/v1` TFJob types, defaults and constants. No I/O.
+//! - [`observability`]: what serves and observes the process (metrics and
+//!   their auth and TLS, logging, traces, the trace UI); it implements the
+//!   runtime's metrics seam for Prometheus.
 //! - [`runtime`]: the generic client-go-style controller machinery
 //!   (Reflector → DeltaFIFO → Informer → Indexer → Workqueue → workers).
-//!   It never knows about TFJobs.
-//! - [`observability`]: what serves and observes the process (metrics and
-//!   their auth and TLS, logging, traces, the trace UI).
+//!   It never knows about TFJobs, and imports nothing of the crate: what
+//!   serves and observes it is plugged in from outside.
 #![forbid(unsafe_code)]
 
 pub mod api;

@@ -2,6 +2,7 @@
 //! `migrate --check` (the read-only preflight), `version`; the command line is parsed in `tfjob_operator::cli`. Errors
 //! are reported with `anyhow` here, at the binary's edge only.
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -13,11 +14,13 @@ use tfjob_operator::cli::args::{Cli, Command, LogFormat, MigrateOutput, RunArgs}
 use tfjob_operator::cli::flags::{SERVICE_ACCOUNT_NAMESPACE, leader_election_namespace};
 use tfjob_operator::observability::logging::{FlatJson, log_filter};
 use tfjob_operator::observability::metrics::build_info::{self, BuildInfo};
+use tfjob_operator::observability::metrics::new_registry;
+use tfjob_operator::observability::metrics::pipeline::pipeline_metrics;
 use tfjob_operator::observability::metrics::process::ProcessCollector;
 use tfjob_operator::observability::metrics_auth::MetricsAuth;
 use tfjob_operator::observability::metrics_tls::MetricsTls;
 use tfjob_operator::observability::otlp::{self, TracesConfig};
-use tfjob_operator::observability::trace_ui::TraceUi;
+use tfjob_operator::observability::trace_ui::{self, TraceUi};
 use tfjob_operator::runtime::cache::factory::InformerFactory;
 use tfjob_operator::runtime::client::fence::WriteFence;
 use tfjob_operator::runtime::client::metrics::RestClientMetricsLayer;
@@ -25,7 +28,7 @@ use tfjob_operator::runtime::client::rate_limit::ClientRateLimits;
 use tfjob_operator::runtime::client::span_status::SpanStatusLayer;
 use tfjob_operator::runtime::client::timeout::RequestTimeoutLayer;
 use tfjob_operator::runtime::client::window::{MAX_IN_FLIGHT, Window};
-use tfjob_operator::runtime::manager::leader_election::LeaderElectionConfig;
+use tfjob_operator::runtime::leader_election::config::LeaderElectionConfig;
 use tfjob_operator::runtime::manager::server::{HttpServer, SecureMetrics};
 use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
 use tfjob_operator::tfjob::controller::{Options, setup};
@@ -170,8 +173,8 @@ async fn run(
     // Bound first, so a taken port fails the start rather than the page later.
     let trace_ui = match trace_ui {
         Some((addr, ui)) => {
-            let server = HttpServer::bind_trace_ui(addr, ui).await?;
-            if let Some(at) = server.trace_ui_addr() {
+            let server = HttpServer::bind_routes(addr, trace_ui::router(ui)).await?;
+            if let Some(at) = server.routes_addr() {
                 tracing::info!(url = %format!("http://{at}/"), "serving the trace UI");
             }
             Some(server)
@@ -186,7 +189,11 @@ async fn run(
         .authority()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let rest_metrics = RestClientMetricsLayer::new(host);
+    // The Prometheus registry `/metrics` serves; the pipeline counts into
+    // it through its seam (runtime::metrics), plugged in here.
+    let registry = new_registry();
+    let metrics = pipeline_metrics(&registry);
+    let rest_metrics = RestClientMetricsLayer::new(host, &metrics);
     let timeout = RequestTimeoutLayer::new(Duration::from_secs(args.kube_api_timeout_seconds));
     // With leader election, writes go out only while our Lease is fresh
     // (runtime::client::fence), checked as each attempt is sent
@@ -260,6 +267,7 @@ async fn run(
             graceful_shutdown: Duration::from_secs(args.graceful_shutdown_seconds),
             handle_signals: true,
         },
+        metrics,
     );
     let detected = StatusSchema::detect(&client).await;
     let status_schema = detected.schema;
@@ -285,10 +293,11 @@ async fn run(
             "serving /metrics over HTTPS to authorized tokens"
         );
         let auth = MetricsAuth::new(client.clone());
-        manager.secure_metrics(SecureMetrics { tls, auth });
+        manager.secure_metrics(SecureMetrics {
+            filter: Arc::new(move |routes| auth.protect(routes)),
+            serve: Arc::new(move |listener, routes, stop| tls.serve(listener, routes, stop)),
+        });
     }
-    let registry = manager.registry();
-    rest_metrics.register(&registry);
     ProcessCollector::register(&registry);
     build_info::register(
         &registry,
@@ -300,6 +309,7 @@ async fn run(
         },
     );
     let options = Options {
+        registry: registry.clone(),
         namespace: args.namespace.clone(),
         workers: args.workers,
         cluster_domain: args.cluster_domain.clone(),

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use prometheus_client::registry::Registry;
 
 pub mod build_info;
+pub mod pipeline;
 pub mod process;
 
 /// A registry that components register into and the manager serves.

@@ -175,6 +175,13 @@ impl MetricsAuth {
         }
     }
 
+    /// `router` behind this filter: every route answers 401/403 itself
+    /// unless the token is allowed (what the manager's server is handed as
+    /// a secure `/metrics`'s filter).
+    pub fn protect(&self, router: axum::Router) -> axum::Router {
+        router.route_layer(axum::middleware::from_fn_with_state(self.clone(), require))
+    }
+
     /// The verdict for `token` on `verb path`, from the cache or the reviews.
     pub async fn verdict(
         &self,

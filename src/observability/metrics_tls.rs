@@ -24,6 +24,8 @@ pub mod cert_watcher;
 
 use cert_watcher::{CHECK_INTERVAL, CertWatcher};
 
+use super::tls_listener::TlsListener;
+
 /// The certificate file in `--metrics-cert-dir` (controller-runtime's `CertName`).
 pub const CERT_FILE: &str = "tls.crt";
 /// The key file in `--metrics-cert-dir` (controller-runtime's `KeyName`).
@@ -138,6 +140,24 @@ impl MetricsTls {
     pub fn source(&self) -> &str {
         &self.source
     }
+
+    /// Serves `router` on `listener` over TLS until `stop` resolves, then
+    /// lets in-flight requests finish (what the manager's server is handed
+    /// as a secure `/metrics`'s listener).
+    pub fn serve(
+        &self,
+        listener: tokio::net::TcpListener,
+        router: axum::Router,
+        stop: futures::future::BoxFuture<'static, ()>,
+    ) -> futures::future::BoxFuture<'static, std::io::Result<()>> {
+        let config = self.server_config();
+        Box::pin(async move {
+            let listener = TlsListener::new(listener, config);
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stop)
+                .await
+        })
+    }
 }
 
 /// rustls with ring, as kube's client is built.
@@ -181,3 +201,6 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+#[cfg(test)]
+mod serve_tests;

@@ -11,11 +11,13 @@
 //! Chapters: `docs/metrics.md`, `docs/tracing.md`; the trace UI in
 //! `docs/00-one-event.md`.
 //!
-//! Nothing here imports [`crate::runtime`]: the pipeline registers its
-//! metrics into this registry and the manager's server serves these pages,
-//! not the other way round. (The trace UI's page is *routed* by the
-//! manager's server, `runtime::manager::server`, so the test that fetches it
-//! over HTTP lives there.)
+//! The pipeline ([`crate::runtime`]) knows none of this: it counts through
+//! its metrics seam, which [`metrics::pipeline`] implements over the
+//! Prometheus registry (the one place here that names the runtime), and
+//! the manager's server is handed the `/metrics` filter
+//! ([`metrics_auth::MetricsAuth::protect`]), the TLS listener
+//! ([`metrics_tls::MetricsTls::serve`]) and the trace UI's routes
+//! ([`trace_ui::router`]) by `main`.
 
 pub mod logging;
 pub mod metrics;

@@ -212,6 +212,18 @@ impl Visit for Fields<'_> {
 }
 
 /// `GET /`: the page.
+/// The page's routes (`--trace-ui`), for a listener of their own: the
+/// page at `/`, its server-sent events at `/events`, the chapters a box
+/// links to at `/docs/{chapter}`. Streams end when the [`TraceUi`]'s
+/// shutdown token fires, so the server can finish its graceful shutdown.
+pub fn router(ui: TraceUi) -> axum::Router {
+    axum::Router::new()
+        .route("/", axum::routing::get(page))
+        .route("/events", axum::routing::get(events))
+        .route("/docs/{chapter}", axum::routing::get(chapter))
+        .with_state(ui)
+}
+
 pub async fn page() -> Response {
     ([(header::CACHE_CONTROL, "no-store")], Html(PAGE)).into_response()
 }
@@ -358,3 +370,6 @@ mod tests {
         assert_eq!(ui.inner.seq.load(Ordering::Relaxed), 0);
     }
 }
+
+#[cfg(test)]
+mod page_tests;

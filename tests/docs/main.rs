@@ -31,9 +31,10 @@
 //!    files are exempt by name (`shape::GENERATED`), and each must say so.
 //! 4. **Imports go downward.** No `pub use` anywhere in `src/`, so every
 //!    import names the module that defines the item; and the top-level
-//!    modules import only downward (`observability` never names
-//!    `crate::runtime`, `runtime` never `crate::api`, `crate::tfjob` or
-//!    `crate::cli`, ...). Line-based: a child reaching a parent's private
+//!    modules import only downward (`runtime` never names
+//!    `crate::observability`, `crate::api`, `crate::tfjob` or `crate::cli`;
+//!    `observability` names of the runtime only the metrics seam it
+//!    implements, `crate::runtime::metrics`; ...). Line-based: a child reaching a parent's private
 //!    `use` through `super::` is not caught.
 //!
 //! And that the pages lead where they say (README, CONTRIBUTING, `docs/`,

@@ -213,8 +213,11 @@ fn tfjob_shows_its_rooms_at_its_top_and_nothing_else() {
 
 #[test]
 fn imports_go_downward_between_the_top_level_modules() {
-    // (folder, what it must never name): lib.rs lists the order.
+    // (folder, what it must never name): lib.rs lists the order. The
+    // runtime stands alone; observability names of it only the metrics
+    // seam it implements (`crate::runtime::metrics`).
     let rules = [
+        ("src/runtime/", "crate::observability"),
         ("src/observability/", "crate::runtime"),
         ("src/observability/", "crate::api"),
         ("src/observability/", "crate::tfjob"),
@@ -234,6 +237,9 @@ fn imports_go_downward_between_the_top_level_modules() {
                 continue;
             }
             for (line, code) in imports_of(&text, forbidden) {
+                if forbidden == "crate::runtime" && code.contains("crate::runtime::metrics") {
+                    continue;
+                }
                 problems.push(format!(
                     "{path}:{line}: {folder} must not use {forbidden}: `{}`",
                     code.trim()

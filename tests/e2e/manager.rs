@@ -16,9 +16,10 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
+use tfjob_operator::observability::metrics::pipeline::pipeline_metrics;
 use tfjob_operator::observability::metrics::{SharedRegistry, encode, new_registry};
 use tfjob_operator::runtime::events::{EventRecorderConfig, event_recorder};
-use tfjob_operator::runtime::manager::leader_election::LeaderElectionConfig;
+use tfjob_operator::runtime::leader_election::config::LeaderElectionConfig;
 use tfjob_operator::runtime::manager::{BoxError, Manager, ManagerConfig, ManagerError};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -95,6 +96,7 @@ fn start_candidate(
     seen: Arc<Leadership>,
 ) -> Candidate {
     let identity = config.identity.clone();
+    let registry = new_registry();
     let mut manager = Manager::new(
         client.clone(),
         ManagerConfig {
@@ -104,6 +106,7 @@ fn start_candidate(
             graceful_shutdown: Duration::from_secs(5),
             handle_signals: false,
         },
+        pipeline_metrics(&registry),
     );
     let me = identity.clone();
     manager.add_runnable(
@@ -119,7 +122,7 @@ fn start_candidate(
     let stop = manager.shutdown_token();
     Candidate {
         identity,
-        registry: manager.registry(),
+        registry,
         stop,
         run: tokio::spawn(manager.run()),
     }
@@ -295,11 +298,10 @@ async fn the_event_recorder_aggregates_repeats_into_one_event() {
         .await
         .unwrap();
 
-    let registry = new_registry();
     let (recorder, broadcaster) = event_recorder(
         client.clone(),
         EventRecorderConfig::new("tfjob-e2e"),
-        &registry,
+        &pipeline_metrics(&new_registry()),
     );
     let stop = CancellationToken::new();
     let writer = tokio::spawn(broadcaster.run(stop.clone()));

@@ -416,7 +416,9 @@ async fn a_sigtermed_leader_finishes_its_work_releases_the_lease_and_the_standby
 #[ignore = "needs the local control plane: make test-faults"]
 async fn a_standby_takes_a_released_lease_when_it_sees_the_release_not_at_its_next_poll() {
     use tfjob_operator::observability::metrics::new_registry;
-    use tfjob_operator::runtime::manager::leader_election::{LeaderElectionConfig, LeaderElector};
+    use tfjob_operator::observability::metrics::pipeline::pipeline_metrics;
+    use tfjob_operator::runtime::leader_election::config::LeaderElectionConfig;
+    use tfjob_operator::runtime::leader_election::elector::LeaderElector;
     use tokio_util::sync::CancellationToken;
 
     let client = client().await;
@@ -433,7 +435,8 @@ async fn a_standby_takes_a_released_lease_when_it_sees_the_release_not_at_its_ne
             retry_period: retry,
             ..LeaderElectionConfig::new(&ns, "release-test")
         };
-        LeaderElector::new(client.clone(), config, &new_registry()).expect("a valid config")
+        LeaderElector::new(client.clone(), config, &pipeline_metrics(&new_registry()))
+            .expect("a valid config")
     };
     let (a, b) = (candidate("a"), candidate("b"));
     let mut handovers = Vec::new();

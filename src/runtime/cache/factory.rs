@@ -30,10 +30,10 @@ use super::informer::{InformerConfig, SharedInformer};
 use super::object::Object;
 use super::reflector::list_watch::ApiListWatch;
 use super::reflector::{ReflectorConfig, Transform};
-use crate::observability::metrics::SharedRegistry;
 use crate::runtime::client::protobuf;
 use crate::runtime::client::protobuf::schema::{Message, ProtobufKind};
-use metrics::{InformerCollector, InformerLabels, Snapshot};
+use crate::runtime::metrics::SharedMetrics;
+use metrics::{InformerLabels, Snapshot};
 
 /// Why the factory refused a request.
 #[derive(Debug, thiserror::Error)]
@@ -167,7 +167,7 @@ impl InformerFactory {
     /// Exports `tfjob_operator_informer_*` metrics (lists, watches, decode failures, last
     /// resourceVersion, cached objects, synced) for every informer this
     /// factory creates, now or later. Only the first call registers.
-    pub fn register_metrics(&self, registry: &SharedRegistry) {
+    pub fn register_metrics(&self, registry: &SharedMetrics) {
         if self.metrics_registered.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -190,10 +190,7 @@ impl InformerFactory {
                 })
                 .collect()
         });
-        registry
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .register_collector(Box::new(InformerCollector { source }));
+        metrics::register(registry, source);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(TypeId, WatchConfig), Entry>> {
@@ -397,7 +394,7 @@ mod tests {
     #[tokio::test]
     async fn metrics_report_every_informer_once_even_if_registered_twice() {
         let factory = InformerFactory::new(offline_client());
-        let registry = crate::observability::metrics::new_registry();
+        let registry = crate::runtime::metrics::testing::new_registry();
         factory.register_metrics(&registry);
         factory.register_metrics(&registry);
         let pods = factory.informer::<Pod>(WatchConfig {
@@ -410,7 +407,7 @@ mod tests {
             }))
             .expect("a minimal Pod"),
         ));
-        let text = crate::observability::metrics::encode(&registry);
+        let text = crate::runtime::metrics::testing::encode(&registry);
         let cached: Vec<&str> = text
             .lines()
             .filter(|l| l.starts_with("tfjob_operator_informer_cached_objects{"))

@@ -28,9 +28,12 @@
 //! It must never write the cache directly (only the informer does, via the
 //! FIFO) and never give up: it runs until shut down.
 //!
-//! The loop deciding when to list and when to watch is here; the relist
-//! itself is in `relist.rs`, the watch loop in `watch.rs`, and the wire
-//! formats below both in `framing.rs`.
+//! The loop deciding when to list and when to watch is here, an explicit
+//! state (`Empty` → `Listed` → `Watching`, back to `Listed` when a watch
+//! ends and to `Empty` when only a relist recovers) moved by one step
+//! function, as kube-runtime's `watcher` does; the relist itself is in
+//! `relist.rs`, the watch loop in `watch.rs`, and the wire formats below
+//! both in `framing.rs`.
 pub mod backoff;
 pub mod framing;
 pub mod list_watch;
@@ -56,7 +59,7 @@ use raw::{DecodeError, RawObject};
 
 use super::delta_fifo::DeltaFifo;
 use super::object::Object;
-use watch::WatchEnd;
+use watch::{WatchEnd, WatchStreamState};
 
 /// Annotation on the bookmark that ends a streaming list's initial events.
 pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
@@ -276,6 +279,42 @@ impl ReflectorStatus {
     }
 }
 
+/// Where the list/watch loop stands; [`Reflector::step`] moves it on
+/// (kube-runtime's `watcher::State`: `Empty`, `InitListed`, `Watching`).
+enum State {
+    /// Nothing usable is listed: the next step (re)lists. At the start, and
+    /// after an expired resourceVersion or an unreadable DELETED.
+    Empty,
+    /// The FIFO holds everything up to the last resourceVersion (a list, or
+    /// a watch that ended cleanly): the next step opens a watch from it.
+    Listed,
+    /// A watch is open (a streaming list's stays open after its initial
+    /// events): the next step follows it until it ends.
+    Watching(WatchStreamState),
+}
+
+impl State {
+    /// Where a failed watch leaves the loop: only a relist recovers from an
+    /// expired resourceVersion; anything else re-watches from the last one.
+    fn after(error: &ReflectorError) -> Self {
+        if error.needs_relist() {
+            Self::Empty
+        } else {
+            Self::Listed
+        }
+    }
+
+    /// The state's name (tests assert transitions by it).
+    #[cfg(test)]
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Empty => "Empty",
+            Self::Listed => "Listed",
+            Self::Watching(_) => "Watching",
+        }
+    }
+}
+
 /// The Reflector (client-go `cache.Reflector`) for kind `K`.
 pub struct Reflector<K> {
     list_watch: Arc<dyn ListWatch>,
@@ -318,39 +357,39 @@ impl<K: Object> Reflector<K> {
 
     async fn run_forever(&mut self) {
         let mut backoff = Backoff::default();
-        let mut need_list = true;
+        let mut state = State::Empty;
         loop {
-            let mut stream = None;
-            if need_list {
-                match self.list().await {
-                    Ok(s) => {
-                        need_list = false;
-                        stream = s;
-                    }
-                    Err(e) => {
-                        self.wait_after(&e, &mut backoff).await;
-                        continue;
-                    }
+            state = self.step(state, &mut backoff).await;
+        }
+    }
+
+    /// One move of the list/watch loop: list, open a watch, or follow one,
+    /// and the state that leaves the loop in.
+    async fn step(&mut self, state: State, backoff: &mut Backoff) -> State {
+        match state {
+            State::Empty => match self.list().await {
+                // A streaming list's watch goes on after its initial events.
+                Ok(Some(watch)) => State::Watching(watch),
+                Ok(None) => State::Listed,
+                Err(e) => {
+                    self.wait_after(&e, backoff).await;
+                    State::Empty
                 }
-            }
-            let stream = match stream {
-                Some(s) => s,
-                None => match self.start_watch().await {
-                    Ok(s) => s,
-                    Err(e) => {
-                        need_list = e.needs_relist();
-                        self.wait_after(&e, &mut backoff).await;
-                        continue;
-                    }
-                },
-            };
-            match self.consume(stream).await {
-                WatchEnd::Closed => {}
+            },
+            State::Listed => match self.start_watch().await {
+                Ok(watch) => State::Watching(watch),
+                Err(e) => {
+                    self.wait_after(&e, backoff).await;
+                    State::after(&e)
+                }
+            },
+            State::Watching(watch) => match self.consume(watch).await {
+                WatchEnd::Closed => State::Listed,
                 WatchEnd::Failed(e) => {
-                    need_list = e.needs_relist();
-                    self.wait_after(&e, &mut backoff).await;
+                    self.wait_after(&e, backoff).await;
+                    State::after(&e)
                 }
-            }
+            },
         }
     }
 

@@ -23,7 +23,7 @@
 //! stays one. So do TokenReviews and SubjectAccessReviews
 //! (`authentication.k8s.io`, `authorization.k8s.io`): POSTs that store
 //! nothing, which every replica, leader or not, sends to guard its `/metrics`
-//! (`observability::metrics_auth`). The elector grants the fence on every successful acquire or
+//! (the token filter the caller plugs into the manager's server). The elector grants the fence on every successful acquire or
 //! renew ([`WriteFence::grant_until`]) and revokes it when it steps down.
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};

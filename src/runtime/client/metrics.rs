@@ -17,74 +17,50 @@
 //! code, where client-go would count each attempt.
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::Histogram;
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
-use crate::observability::metrics::SharedRegistry;
+use crate::runtime::metrics::{Buckets, CounterFamily, Family, HistogramFamily, SharedMetrics};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabels {
-    code: String,
-    method: String,
-    host: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LatencyLabels {
-    verb: String,
-    host: String,
-}
-
-type LatencyFamily = Family<LatencyLabels, Histogram, fn() -> Histogram>;
-
-fn latency_histogram() -> Histogram {
-    // component-base's buckets for rest_client_request_duration_seconds.
-    Histogram::new([
-        0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
-    ])
-}
+/// component-base's buckets for rest_client_request_duration_seconds.
+const LATENCY_BUCKETS: Buckets = Buckets::Explicit(&[
+    0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+]);
 
 /// Counts and times every request through a kube client. Cheap to clone.
 #[derive(Clone)]
 pub struct RestClientMetricsLayer {
     host: String,
-    requests: Family<ResultLabels, Counter>,
-    latency: LatencyFamily,
+    requests: Arc<dyn CounterFamily>,
+    latency: Arc<dyn HistogramFamily>,
 }
 
 impl RestClientMetricsLayer {
     /// Metrics for a client of the API server at `host` (`host:port`, the
-    /// authority of the cluster URL, like client-go's `url.Host`). The
-    /// families start unregistered, because the client exists before the
-    /// manager and its registry: call [`Self::register`] then.
-    pub fn new(host: impl Into<String>) -> Self {
+    /// authority of the cluster URL, like client-go's `url.Host`), exposed
+    /// in `registry` (client-go's `tools/metrics.Register`: the caller
+    /// plugs the registry in before the first request).
+    pub fn new(host: impl Into<String>, registry: &SharedMetrics) -> Self {
         Self {
             host: host.into(),
-            requests: Family::default(),
-            latency: Family::new_with_constructor(latency_histogram),
+            // The registry appends `_total` to counters.
+            requests: registry.counter(Family {
+                name: "rest_client_requests",
+                help: "Number of HTTP requests, partitioned by status code, method, and host",
+                labels: &["code", "method", "host"],
+            }),
+            latency: registry.histogram(
+                Family {
+                    name: "rest_client_request_duration_seconds",
+                    help: "Request latency in seconds, by verb and host",
+                    labels: &["verb", "host"],
+                },
+                LATENCY_BUCKETS,
+            ),
         }
-    }
-
-    /// Exposes the families in `registry`.
-    pub fn register(&self, registry: &SharedRegistry) {
-        let mut registry = registry.lock().unwrap_or_else(|p| p.into_inner());
-        // prometheus-client appends `_total` to counters.
-        registry.register(
-            "rest_client_requests",
-            "Number of HTTP requests, partitioned by status code, method, and host",
-            self.requests.clone(),
-        );
-        registry.register(
-            "rest_client_request_duration_seconds",
-            "Request latency in seconds, by verb and host",
-            self.latency.clone(),
-        );
     }
 }
 
@@ -133,18 +109,11 @@ where
             };
             metrics
                 .latency
-                .get_or_create(&LatencyLabels {
-                    verb: method.clone(),
-                    host: metrics.host.clone(),
-                })
+                .with(&[&method, &metrics.host])
                 .observe(start.elapsed().as_secs_f64());
             metrics
                 .requests
-                .get_or_create(&ResultLabels {
-                    code,
-                    method,
-                    host: metrics.host.clone(),
-                })
+                .with(&[&code, &method, &metrics.host])
                 .inc();
             result
         })
@@ -156,13 +125,12 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::observability::metrics::{encode, new_registry};
+    use crate::runtime::metrics::testing::{encode, new_registry};
 
     #[tokio::test(start_paused = true)]
     async fn requests_are_counted_by_code_and_method_and_timed_by_verb() {
         let registry = new_registry();
-        let layer = RestClientMetricsLayer::new("10.0.0.1:6443");
-        layer.register(&registry);
+        let layer = RestClientMetricsLayer::new("10.0.0.1:6443", &registry);
         let mut svc = layer.layer(tower::service_fn(|req: http::Request<()>| async move {
             tokio::time::sleep(Duration::from_millis(300)).await;
             let status = if req.method() == http::Method::DELETE {
@@ -198,8 +166,7 @@ mod tests {
     #[tokio::test]
     async fn a_request_without_a_response_is_counted_as_an_error() {
         let registry = new_registry();
-        let layer = RestClientMetricsLayer::new("api:443");
-        layer.register(&registry);
+        let layer = RestClientMetricsLayer::new("api:443", &registry);
         let mut svc = layer.layer(tower::service_fn(|_: http::Request<()>| async {
             Err::<http::Response<()>, _>("connection refused")
         }));

@@ -423,27 +423,51 @@ mod tests {
         OwnerType::of::<ReplicaSet>()
     }
 
+    /// Records the `depth` field of every `pipeline` event.
+    #[derive(Clone, Default)]
+    struct Depths(Arc<std::sync::Mutex<Vec<u64>>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Depths {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            struct Depth(Option<u64>);
+            impl tracing::field::Visit for Depth {
+                fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+                    if field.name() == "depth" {
+                        self.0 = Some(value);
+                    }
+                }
+                fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+            }
+            if event.metadata().target() != "pipeline" {
+                return;
+            }
+            let mut depth = Depth(None);
+            event.record(&mut depth);
+            if let Some(d) = depth.0 {
+                self.0.lock().unwrap().push(d);
+            }
+        }
+    }
+
     #[test]
     fn the_trace_line_of_an_added_key_carries_the_queues_real_depth() {
         use tracing_subscriber::layer::SubscriberExt;
-        let ui = crate::observability::trace_ui::TraceUi::new(
-            tokio_util::sync::CancellationToken::new(),
-        );
-        let mut viewer = ui.subscribe();
+        let depths = Depths::default();
         let q = queue();
         let h = EnqueueHandler::<Pod>::for_object(q.clone());
-        let subscriber = tracing_subscriber::registry().with(ui.layer());
+        let subscriber = tracing_subscriber::registry().with(depths.clone());
         tracing::subscriber::with_default(subscriber, || {
             for name in ["a", "b", "a"] {
                 h.on_add(&pod(name, vec![]), false);
             }
         });
-        let depths: Vec<serde_json::Value> = std::iter::from_fn(|| viewer.try_recv().ok())
-            .map(|m| serde_json::from_str::<serde_json::Value>(&m).unwrap()["depth"].clone())
-            .collect();
         // Ahead of each key as it arrives; "a" again finds a and b waiting
         // and is not queued twice.
-        assert_eq!(depths, [0, 1, 2]);
+        assert_eq!(*depths.0.lock().unwrap(), [0, 1, 2]);
         assert_eq!(q.len(), 2);
     }
 

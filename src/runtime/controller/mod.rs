@@ -40,11 +40,6 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -53,10 +48,12 @@ use tracing::Instrument;
 use super::cache::informer::SharedInformer;
 use super::cache::key::ObjectKey;
 use super::cache::object::Object;
-use super::workqueue::metrics::register_once;
 use super::workqueue::rate_limiter::{RateLimiter, default_controller_rate_limiter};
 use super::workqueue::rate_limiting::RateLimitingQueue;
-use crate::observability::metrics::SharedRegistry;
+use crate::runtime::metrics::{
+    self, Buckets, CounterFamily, Discard, Family, GaugeFamily, HistogramFamily, SharedMetrics,
+    register_once,
+};
 use handler::{EnqueueHandler, OwnerType, Predicate};
 
 /// What to do with a key after a successful reconcile.
@@ -137,7 +134,7 @@ pub struct ControllerBuilder {
     needs_primary: bool,
     filters: Vec<Arc<dyn Predicate>>,
     workers: usize,
-    registry: Option<SharedRegistry>,
+    registry: Option<SharedMetrics>,
     rate_limiter: Option<Box<dyn RateLimiter<ObjectKey>>>,
     cache_sync_timeout: Duration,
 }
@@ -218,7 +215,7 @@ impl ControllerBuilder {
     }
 
     /// Where the `controller_runtime_*` and `workqueue_*` metrics go.
-    pub fn registry(mut self, registry: &SharedRegistry) -> Self {
+    pub fn registry(mut self, registry: &SharedMetrics) -> Self {
         self.registry = Some(Arc::clone(registry));
         self
     }
@@ -407,7 +404,7 @@ impl<R: Reconciler> Inner<R> {
     async fn reconcile_handler(&self, key: &ObjectKey) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         // controller-runtime's log keys, so JSON logs read like a Go controller's.
-        // No parent: each reconcile is a trace of its own (observability::otlp).
+        // No parent: each reconcile is a trace of its own (as exported over OTLP).
         let span = tracing::info_span!(parent: None, "reconcile", controller = %self.name, namespace = key.namespace().unwrap_or_default(), name = key.name(), reconcileID = id, otel.status_code = tracing::field::Empty);
         let start = Instant::now();
         // A panic must not take the worker (or the process) down with it.
@@ -468,11 +465,6 @@ impl<R: Reconciler> Inner<R> {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ControllerLabels {
-    controller: String,
-}
-
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 enum ResultLabel {
     Success,
@@ -490,102 +482,79 @@ impl ResultLabel {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabels {
-    controller: String,
-    result: &'static str,
-}
+/// controller-runtime's buckets: fine below 1 s, coarse up to a minute.
+const RECONCILE_TIME_BUCKETS: Buckets = Buckets::Explicit(&[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
+    1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
+    25.0, 30.0, 40.0, 50.0, 60.0,
+]);
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CategoryLabels {
-    controller: String,
-    category: &'static str,
-}
-
-type TimeFamily = Family<ControllerLabels, Histogram, fn() -> Histogram>;
-
-fn reconcile_time_histogram() -> Histogram {
-    // controller-runtime's buckets: fine below 1 s, coarse up to a minute.
-    Histogram::new([
-        0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8,
-        0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0,
-        15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0,
-    ])
-}
+const BY_CONTROLLER: &[&str] = &["controller"];
 
 /// The `controller_runtime_*` families of one registry.
 #[derive(Clone)]
 struct ControllerFamilies {
-    total: Family<ResultLabels, Counter>,
-    errors: Family<ControllerLabels, Counter>,
-    errors_by_category: Family<CategoryLabels, Counter>,
-    terminal_errors: Family<ControllerLabels, Counter>,
-    panics: Family<ControllerLabels, Counter>,
-    time: TimeFamily,
-    active_workers: Family<ControllerLabels, Gauge>,
-    max_concurrent: Family<ControllerLabels, Gauge>,
+    total: Arc<dyn CounterFamily>,
+    errors: Arc<dyn CounterFamily>,
+    errors_by_category: Arc<dyn CounterFamily>,
+    terminal_errors: Arc<dyn CounterFamily>,
+    panics: Arc<dyn CounterFamily>,
+    time: Arc<dyn HistogramFamily>,
+    active_workers: Arc<dyn GaugeFamily>,
+    max_concurrent: Arc<dyn GaugeFamily>,
 }
 
 impl ControllerFamilies {
-    fn new() -> Self {
+    fn new(r: &SharedMetrics) -> Self {
+        let family = |name, help| Family {
+            name,
+            help,
+            labels: BY_CONTROLLER,
+        };
+        // The registry appends `_total` to counter names.
         Self {
-            total: Family::default(),
-            errors: Family::default(),
-            errors_by_category: Family::default(),
-            terminal_errors: Family::default(),
-            panics: Family::default(),
-            time: Family::new_with_constructor(reconcile_time_histogram),
-            active_workers: Family::default(),
-            max_concurrent: Family::default(),
+            total: r.counter(Family {
+                name: "controller_runtime_reconcile",
+                help: "Total number of reconciliations per controller",
+                labels: &["controller", "result"],
+            }),
+            errors: r.counter(family(
+                "controller_runtime_reconcile_errors",
+                "Total number of reconciliation errors per controller",
+            )),
+            errors_by_category: r.counter(Family {
+                name: "tfjob_operator_reconcile_errors_by_category",
+                help: "Reconciliation errors per controller and error category",
+                labels: &["controller", "category"],
+            }),
+            terminal_errors: r.counter(family(
+                "controller_runtime_terminal_reconcile_errors",
+                "Total number of terminal reconciliation errors per controller",
+            )),
+            panics: r.counter(family(
+                "controller_runtime_reconcile_panics",
+                "Total number of reconciliation panics per controller",
+            )),
+            time: r.histogram(
+                family(
+                    "controller_runtime_reconcile_time_seconds",
+                    "Length of time per reconciliation per controller",
+                ),
+                RECONCILE_TIME_BUCKETS,
+            ),
+            active_workers: r.gauge(family(
+                "controller_runtime_active_workers",
+                "Number of currently used workers per controller",
+            )),
+            max_concurrent: r.gauge(family(
+                "controller_runtime_max_concurrent_reconciles",
+                "Maximum number of concurrent reconciles per controller",
+            )),
         }
     }
 
-    fn register(registry: &SharedRegistry) -> Self {
-        register_once(registry, |r| {
-            let f = Self::new();
-            // prometheus-client appends `_total` to counter names.
-            r.register(
-                "controller_runtime_reconcile",
-                "Total number of reconciliations per controller",
-                f.total.clone(),
-            );
-            r.register(
-                "controller_runtime_reconcile_errors",
-                "Total number of reconciliation errors per controller",
-                f.errors.clone(),
-            );
-            r.register(
-                "tfjob_operator_reconcile_errors_by_category",
-                "Reconciliation errors per controller and error category",
-                f.errors_by_category.clone(),
-            );
-            r.register(
-                "controller_runtime_terminal_reconcile_errors",
-                "Total number of terminal reconciliation errors per controller",
-                f.terminal_errors.clone(),
-            );
-            r.register(
-                "controller_runtime_reconcile_panics",
-                "Total number of reconciliation panics per controller",
-                f.panics.clone(),
-            );
-            r.register(
-                "controller_runtime_reconcile_time_seconds",
-                "Length of time per reconciliation per controller",
-                f.time.clone(),
-            );
-            r.register(
-                "controller_runtime_active_workers",
-                "Number of currently used workers per controller",
-                f.active_workers.clone(),
-            );
-            r.register(
-                "controller_runtime_max_concurrent_reconciles",
-                "Maximum number of concurrent reconciles per controller",
-                f.max_concurrent.clone(),
-            );
-            f
-        })
+    fn register(registry: &SharedMetrics) -> Self {
+        register_once(registry, Self::new)
     }
 }
 
@@ -594,21 +563,22 @@ struct ControllerMetrics {
     name: String,
     families: ControllerFamilies,
     /// reconcile_total by `ResultLabel as usize`.
-    results: [Counter; 3],
-    errors: Counter,
-    terminal_errors: Counter,
-    panics: Counter,
-    reconcile_time: Histogram,
-    active_workers: Gauge,
-    max_concurrent: Gauge,
+    results: [Arc<dyn metrics::Counter>; 3],
+    errors: Arc<dyn metrics::Counter>,
+    terminal_errors: Arc<dyn metrics::Counter>,
+    panics: Arc<dyn metrics::Counter>,
+    reconcile_time: Arc<dyn metrics::Histogram>,
+    active_workers: Arc<dyn metrics::Gauge>,
+    max_concurrent: Arc<dyn metrics::Gauge>,
 }
 
 impl ControllerMetrics {
-    fn new(registry: Option<&SharedRegistry>, name: &str) -> Self {
-        let families = registry.map_or_else(ControllerFamilies::new, ControllerFamilies::register);
-        let labels = ControllerLabels {
-            controller: name.to_owned(),
+    fn new(registry: Option<&SharedMetrics>, name: &str) -> Self {
+        let families = match registry {
+            Some(registry) => ControllerFamilies::register(registry),
+            None => ControllerFamilies::new(&(Arc::new(Discard) as SharedMetrics)),
         };
+        let labels = [name];
         // Every result series exists from the start, so dashboards see
         // zeros (as with controller-runtime), and counting needs no lookup.
         let results = [
@@ -616,21 +586,13 @@ impl ControllerMetrics {
             ResultLabel::Error,
             ResultLabel::RequeueAfter,
         ]
-        .map(|r| {
-            families
-                .total
-                .get_or_create(&ResultLabels {
-                    controller: name.to_owned(),
-                    result: r.as_str(),
-                })
-                .clone()
-        });
-        let errors = families.errors.get_or_create(&labels).clone();
-        let terminal_errors = families.terminal_errors.get_or_create(&labels).clone();
-        let panics = families.panics.get_or_create(&labels).clone();
-        let reconcile_time = families.time.get_or_create(&labels).clone();
-        let active_workers = families.active_workers.get_or_create(&labels).clone();
-        let max_concurrent = families.max_concurrent.get_or_create(&labels).clone();
+        .map(|r| families.total.with(&[name, r.as_str()]));
+        let errors = families.errors.with(&labels);
+        let terminal_errors = families.terminal_errors.with(&labels);
+        let panics = families.panics.with(&labels);
+        let reconcile_time = families.time.with(&labels);
+        let active_workers = families.active_workers.with(&labels);
+        let max_concurrent = families.max_concurrent.with(&labels);
         Self {
             name: name.to_owned(),
             families,
@@ -653,10 +615,7 @@ impl ControllerMetrics {
         self.errors.inc();
         self.families
             .errors_by_category
-            .get_or_create(&CategoryLabels {
-                controller: self.name.clone(),
-                category,
-            })
+            .with(&[&self.name, category])
             .inc();
     }
 }

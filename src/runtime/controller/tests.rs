@@ -6,10 +6,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::*;
-use crate::observability::metrics::{encode, new_registry};
 use crate::runtime::cache::informer::InformerConfig;
 use crate::runtime::cache::reflector::raw::RawObject;
 use crate::runtime::cache::reflector::script::{ScriptedListWatch, cm_json, page, raw};
+use crate::runtime::metrics::testing::{encode, new_registry};
 
 #[derive(Debug, thiserror::Error)]
 #[error("scripted failure")]

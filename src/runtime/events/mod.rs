@@ -51,11 +51,9 @@ use std::sync::{Arc, Mutex};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use tokio::sync::mpsc;
 
-use crate::observability::metrics::SharedRegistry;
+use crate::runtime::metrics::{Counter, CounterFamily, Family, SharedMetrics};
 
 use sink::ApiEventSink;
 use spam::SpamFilter;
@@ -157,34 +155,30 @@ impl EventRecorderConfig {
 
 #[derive(Clone)]
 struct EventMetrics {
-    dropped: Family<Vec<(String, String)>, Counter>,
-    failed: Counter,
+    dropped: Arc<dyn CounterFamily>,
+    failed: Arc<dyn Counter>,
 }
 
 impl EventMetrics {
-    fn register(registry: &SharedRegistry) -> Self {
-        let metrics = Self {
-            dropped: Family::default(),
-            failed: Counter::default(),
-        };
-        let mut registry = registry.lock().unwrap_or_else(|p| p.into_inner());
-        registry.register(
-            "tfjob_operator_events_dropped",
-            "Events not written, by reason (queue_full, spam_filtered)",
-            metrics.dropped.clone(),
-        );
-        registry.register(
-            "tfjob_operator_events_write_failures",
-            "Events that could not be written to the API server",
-            metrics.failed.clone(),
-        );
-        metrics
+    fn register(registry: &SharedMetrics) -> Self {
+        Self {
+            dropped: registry.counter(Family {
+                name: "tfjob_operator_events_dropped",
+                help: "Events not written, by reason (queue_full, spam_filtered)",
+                labels: &["reason"],
+            }),
+            failed: registry
+                .counter(Family {
+                    name: "tfjob_operator_events_write_failures",
+                    help: "Events that could not be written to the API server",
+                    labels: &[],
+                })
+                .with(&[]),
+        }
     }
 
     fn drop_for(&self, reason: &str) {
-        self.dropped
-            .get_or_create(&vec![("reason".to_owned(), reason.to_owned())])
-            .inc();
+        self.dropped.with(&[reason]).inc();
     }
 }
 
@@ -204,7 +198,7 @@ pub struct EventRecorder {
 pub fn event_recorder(
     client: kube::Client,
     config: EventRecorderConfig,
-    registry: &SharedRegistry,
+    registry: &SharedMetrics,
 ) -> (EventRecorder, EventBroadcaster) {
     let (tx, rx) = mpsc::channel(config.queue_capacity.max(1));
     let metrics = EventMetrics::register(registry);
@@ -343,11 +337,11 @@ mod tests {
     fn recorder_with_queue(
         capacity: usize,
     ) -> (
-        crate::observability::metrics::SharedRegistry,
+        crate::runtime::metrics::SharedMetrics,
         EventRecorder,
         EventBroadcaster,
     ) {
-        let registry = crate::observability::metrics::new_registry();
+        let registry = crate::runtime::metrics::testing::new_registry();
         let mut config = EventRecorderConfig::new("test");
         config.queue_capacity = capacity;
         let (recorder, broadcaster) = event_recorder(dummy_client(), config, &registry);
@@ -373,7 +367,7 @@ mod tests {
         recorder.normal(&pod, "A", "first fits");
         recorder.normal(&pod, "A", "second is dropped");
         recorder.warning(&pod, "A", "third is dropped");
-        let text = crate::observability::metrics::encode(&registry);
+        let text = crate::runtime::metrics::testing::encode(&registry);
         assert!(
             text.contains("tfjob_operator_events_dropped_total{reason=\"queue_full\"} 2"),
             "{text}"
@@ -400,7 +394,7 @@ mod tests {
             "SuccessfulCreatePod",
             "Created pod: small-worker-0",
         );
-        let text = crate::observability::metrics::encode(&registry);
+        let text = crate::runtime::metrics::testing::encode(&registry);
         assert!(
             text.contains(r#"events_dropped_total{reason="spam_filtered"} 575"#),
             "{text}"
@@ -420,7 +414,7 @@ mod tests {
             }
             recorder.normal(&tfjob, "TFJobSucceeded", "done");
         }
-        let text = crate::observability::metrics::encode(&registry);
+        let text = crate::runtime::metrics::testing::encode(&registry);
         assert!(!text.contains(r#"reason="queue_full""#), "{text}");
     }
 }

@@ -395,11 +395,11 @@ mod tests {
         sink: Arc<MemorySink>,
         events: Vec<EventRecord>,
     ) -> (
-        crate::observability::metrics::SharedRegistry,
+        crate::runtime::metrics::SharedMetrics,
         mpsc::Sender<EventRecord>,
         tokio_util::sync::DropGuard,
     ) {
-        let registry = crate::observability::metrics::new_registry();
+        let registry = crate::runtime::metrics::testing::new_registry();
         let metrics = EventMetrics::register(&registry);
         let (tx, rx) = mpsc::channel(1000);
         for e in events {
@@ -435,7 +435,7 @@ mod tests {
             .filter(|(ns, ..)| ns == "dead")
             .count();
         assert_eq!(dead_attempts, 10, "a 404 is final: one attempt per event");
-        let text = crate::observability::metrics::encode(&registry);
+        let text = crate::runtime::metrics::testing::encode(&registry);
         assert!(text.contains("events_write_failures_total 10"), "{text}");
     }
 
@@ -465,7 +465,7 @@ mod tests {
         assert_eq!(when("b"), Some(Duration::ZERO));
         // Third attempt, after two pauses.
         assert_eq!(when("f"), Some(2 * WRITE_RETRY_PAUSE));
-        let text = crate::observability::metrics::encode(&registry);
+        let text = crate::runtime::metrics::testing::encode(&registry);
         assert!(text.contains("events_write_failures_total 0"), "{text}");
     }
 
@@ -555,7 +555,7 @@ mod tests {
     async fn the_flush_at_shutdown_also_writes_several_objects_at_a_time() {
         let write_takes = Duration::from_millis(100);
         let sink = Arc::new(MemorySink::slow(write_takes));
-        let registry = crate::observability::metrics::new_registry();
+        let registry = crate::runtime::metrics::testing::new_registry();
         let (tx, rx) = mpsc::channel(1000);
         for i in 0..16 {
             tx.try_send(event_in("live", &format!("job{i}"))).unwrap();

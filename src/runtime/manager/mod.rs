@@ -2,9 +2,11 @@
 //!
 //! Mirrors controller-runtime `pkg/manager` (`internal.go`,
 //! `runnable_group.go`) and `pkg/manager/signals`; this folder also holds
-//! what the manager runs around the controllers: [`leader_election`]
-//! (client-go `tools/leaderelection`) and the health/metrics [`server`]
-//! (controller-runtime `pkg/healthz`, `pkg/metrics/server`). Chapter:
+//! what the manager serves around the controllers: the health/metrics
+//! [`server`] (controller-runtime `pkg/healthz`, `pkg/metrics/server`); it
+//! campaigns through [`crate::runtime::leader_election`] (client-go
+//! `tools/leaderelection`) and starts the leader-only runnables from its
+//! `on_started_leading` callback. Chapter:
 //! `docs/10-manager.md`. [`Manager::run`]:
 //!
 //! 1. binds and serves `/healthz`, `/readyz`, `/metrics` (and starts the
@@ -34,8 +36,9 @@
 //! ```no_run
 //! # async fn example(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! use tfjob_operator::runtime::cache::factory::InformerFactory;
-//! use tfjob_operator::runtime::manager::leader_election::LeaderElectionConfig;
+//! use tfjob_operator::runtime::leader_election::config::LeaderElectionConfig;
 //! use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
+//! use tfjob_operator::runtime::metrics::Discard;
 //!
 //! let factory = InformerFactory::new(client.clone());
 //! // ... controllers create their informers from `factory` here ...
@@ -45,6 +48,8 @@
 //!         leader_election: Some(LeaderElectionConfig::new("kubeflow", "tfjob-operator")),
 //!         ..ManagerConfig::default()
 //!     },
+//!     // The process plugs in its Prometheus registry here.
+//!     std::sync::Arc::new(Discard),
 //! );
 //! let recorder = manager.event_recorder("tfjob-controller");
 //! manager.add_cache(factory);
@@ -58,7 +63,6 @@
 //! # Ok(())
 //! # }
 //! ```
-pub mod leader_election;
 pub mod listen;
 pub mod server;
 
@@ -74,13 +78,14 @@ use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
-use crate::observability::metrics::{SharedRegistry, new_registry};
 use crate::runtime::cache::factory::InformerFactory;
 use crate::runtime::events::{EventRecorder, EventRecorderConfig, event_recorder};
-use crate::runtime::manager::leader_election::{
-    HoldOutcome, LeaderElectionConfig, LeaderElectionError, LeaderElector,
-};
+use crate::runtime::leader_election::callbacks::LeaderCallbacks;
+use crate::runtime::leader_election::config::LeaderElectionConfig;
+use crate::runtime::leader_election::elector::{HoldOutcome, LeaderElector};
+use crate::runtime::leader_election::error::LeaderElectionError;
 use crate::runtime::manager::server::{HttpServer, Readiness, SecureMetrics, ServerError};
+use crate::runtime::metrics::SharedMetrics;
 
 /// controller-runtime's default bound on draining runnables at shutdown.
 pub const DEFAULT_GRACEFUL_SHUTDOWN: Duration = Duration::from_secs(30);
@@ -199,7 +204,7 @@ struct Runnable {
 pub struct Manager {
     client: kube::Client,
     config: ManagerConfig,
-    registry: SharedRegistry,
+    registry: SharedMetrics,
     readiness: Readiness,
     shutdown: CancellationToken,
     caches: Vec<Arc<dyn Cache>>,
@@ -213,6 +218,19 @@ pub struct Manager {
     secure_metrics: Option<SecureMetrics>,
 }
 
+/// Tells the main loop the Lease is held, from the elector's
+/// `on_started_leading` (on the election task; it only sends).
+struct StartLeaderOnly(std::sync::Mutex<Option<oneshot::Sender<()>>>);
+
+impl LeaderCallbacks for StartLeaderOnly {
+    fn on_started_leading(&self) {
+        let sender = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(acquired) = sender {
+            let _ = acquired.send(());
+        }
+    }
+}
+
 /// Why the main loop ended.
 enum Stop {
     Requested,
@@ -221,12 +239,14 @@ enum Stop {
 }
 
 impl Manager {
-    /// A manager with a fresh metrics registry.
-    pub fn new(client: kube::Client, config: ManagerConfig) -> Self {
+    /// A manager whose components count into `metrics` (served on
+    /// `/metrics`): the caller plugs the registry in, as controller-runtime's
+    /// manager serves `metrics.Registry`.
+    pub fn new(client: kube::Client, config: ManagerConfig, metrics: SharedMetrics) -> Self {
         Self {
             client,
             config,
-            registry: new_registry(),
+            registry: metrics,
             readiness: Readiness::new(),
             shutdown: CancellationToken::new(),
             caches: Vec::new(),
@@ -239,7 +259,7 @@ impl Manager {
     }
 
     /// The registry served on `/metrics`; register component metrics here.
-    pub fn registry(&self) -> SharedRegistry {
+    pub fn registry(&self) -> SharedMetrics {
         self.registry.clone()
     }
 
@@ -332,9 +352,14 @@ impl Manager {
             secure_metrics,
         } = self;
 
+        let (acquired_tx, mut acquired_rx) = oneshot::channel::<()>();
         let elector = match config.leader_election.clone() {
             Some(le) => Some(
-                LeaderElector::new(client, le, &registry).map_err(ManagerError::LeaderElection)?,
+                LeaderElector::new(client, le, &registry)
+                    .map_err(ManagerError::LeaderElection)?
+                    .with_callbacks(Arc::new(StartLeaderOnly(std::sync::Mutex::new(Some(
+                        acquired_tx,
+                    ))))),
             ),
             None => None,
         };
@@ -392,19 +417,14 @@ impl Manager {
             for r in others {
                 tasks.spawn(r, &work);
             }
-            let (acquired_tx, mut acquired_rx) = oneshot::channel::<()>();
             let mut awaiting_lease = false;
             match &elector {
                 Some(elector) => {
                     let (elector, elect) = (elector.clone(), elect.clone());
                     awaiting_lease = true;
-                    election = Some(tokio::spawn(async move {
-                        if !elector.acquire(&elect).await {
-                            return HoldOutcome::Cancelled;
-                        }
-                        let _ = acquired_tx.send(());
-                        elector.hold(&elect).await
-                    }));
+                    // Acquire, then renew until lost or cancelled; the
+                    // callback above opens `acquired_rx` once it is held.
+                    election = Some(tokio::spawn(async move { elector.run(&elect).await }));
                 }
                 None => {
                     for r in leader_only.take().into_iter().flatten() {

@@ -9,18 +9,20 @@
 //! - `/readyz` answers 503 until every cache has synced, 200 after, and 503
 //!   again once shutdown begins, so a rolling update stops sending traffic
 //!   (and `kubectl wait`) to a process that is going away;
-//! - `/metrics` renders the shared registry in the OpenMetrics text format;
-//!   with [`SecureMetrics`] (`--metrics-secure`) over HTTPS
-//!   ([`crate::observability::metrics_tls`]) and only for bearer tokens the API
-//!   server authenticates and authorizes ([`crate::observability::metrics_auth`]),
-//!   as controller-runtime's `SecureServing` with
-//!   `filters.WithAuthenticationAndAuthorization`. Probes stay plain HTTP
-//!   (the kubelet probes them without a token), so a secure `/metrics`
+//! - `/metrics` renders the metrics registry ([`crate::runtime::metrics`])
+//!   in the OpenMetrics text format; with [`SecureMetrics`]
+//!   (`--metrics-secure`) over HTTPS and only for bearer tokens the API
+//!   server authenticates and authorizes, as controller-runtime's
+//!   `SecureServing` with a `FilterProvider`
+//!   (`filters.WithAuthenticationAndAuthorization`). The caller plugs both
+//!   in (the TLS listener and the token filter live with what serves and
+//!   observes the process); this server only routes. Probes stay plain
+//!   HTTP (the kubelet probes them without a token), so a secure `/metrics`
 //!   needs its own address.
 //!
-//! With `--trace-ui`, one more listener serves the live pipeline view
-//! ([`crate::observability::trace_ui`]): the page at `/`, its server-sent events
-//! at `/events`.
+//! The caller may add one more listener with routes of its own
+//! ([`HttpServer::bind_routes`]: with `--trace-ui`, the live pipeline view),
+//! served and shut down with the rest.
 //!
 //! Probes and metrics may share one address or use two. Listeners are bound
 //! up front ([`HttpServer::bind`]) so a port conflict fails the start, not a
@@ -39,11 +41,7 @@ use futures::future::BoxFuture;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::observability::metrics::{SharedRegistry, encode};
-use crate::observability::metrics_auth::{self, MetricsAuth};
-use crate::observability::metrics_tls::MetricsTls;
-use crate::observability::tls_listener::TlsListener;
-use crate::observability::trace_ui::{self, TraceUi};
+use crate::runtime::metrics::SharedMetrics;
 
 use super::listen;
 
@@ -160,17 +158,30 @@ impl DetailLine {
     }
 }
 
-/// `/metrics` over HTTPS, for authorized bearer tokens only.
+/// Wraps the `/metrics` route: a filter that answers 401/403 itself or lets
+/// the request through (controller-runtime's `metricsserver.Filter`).
+pub type MetricsFilter = Arc<dyn Fn(Router) -> Router + Send + Sync>;
+
+/// Serves `router` on `listener` over TLS until `stop` resolves, then lets
+/// in-flight requests finish.
+pub type ServeTls = Arc<
+    dyn Fn(TcpListener, Router, BoxFuture<'static, ()>) -> BoxFuture<'static, std::io::Result<()>>
+        + Send
+        + Sync,
+>;
+
+/// `/metrics` over HTTPS, for authorized bearer tokens only: both halves
+/// are supplied by the caller.
 #[derive(Clone)]
 pub struct SecureMetrics {
-    pub tls: MetricsTls,
-    pub auth: MetricsAuth,
+    pub filter: MetricsFilter,
+    pub serve: ServeTls,
 }
 
 #[derive(Clone)]
 struct AppState {
     readiness: Readiness,
-    registry: SharedRegistry,
+    metrics: SharedMetrics,
 }
 
 async fn healthz() -> &'static str {
@@ -190,48 +201,46 @@ async fn metrics(State(state): State<AppState>) -> Response {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        encode(&state.registry),
+        state.metrics.render(),
     )
         .into_response()
 }
 
-/// The routes for one listener; `/metrics` behind `auth` when given.
-fn router(probes: bool, metrics_route: bool, auth: Option<MetricsAuth>, state: AppState) -> Router {
-    let mut router = Router::new();
+/// The routes for one listener; `/metrics` behind `filter` when given.
+fn router(
+    probes: bool,
+    metrics_route: bool,
+    filter: Option<MetricsFilter>,
+    state: AppState,
+) -> Router {
+    let mut router: Router = Router::new();
     if probes {
-        router = router
-            .route("/healthz", get(healthz))
-            .route("/readyz", get(readyz));
+        router = router.merge(
+            Router::new()
+                .route("/healthz", get(healthz))
+                .route("/readyz", get(readyz))
+                .with_state(state.clone()),
+        );
     }
     if metrics_route {
-        let mut metrics_router = Router::new().route("/metrics", get(metrics));
-        if let Some(auth) = auth {
-            metrics_router = metrics_router.route_layer(axum::middleware::from_fn_with_state(
-                auth,
-                metrics_auth::require,
-            ));
-        }
-        router = router.merge(metrics_router);
+        let metrics_router = Router::new()
+            .route("/metrics", get(metrics))
+            .with_state(state);
+        router = router.merge(match filter {
+            Some(filter) => filter(metrics_router),
+            None => metrics_router,
+        });
     }
-    router.with_state(state)
-}
-
-/// The trace UI's routes (`--trace-ui`).
-fn trace_ui_router(ui: TraceUi) -> Router {
-    Router::new()
-        .route("/", get(trace_ui::page))
-        .route("/events", get(trace_ui::events))
-        .route("/docs/{chapter}", get(trace_ui::chapter))
-        .with_state(ui)
+    router
 }
 
 /// Bound listeners, ready to serve.
 pub struct HttpServer {
     /// Each listener with its routes and, for a secure `/metrics`, its TLS.
-    listeners: Vec<(TcpListener, Router, Option<MetricsTls>)>,
+    listeners: Vec<(TcpListener, Router, Option<ServeTls>)>,
     probe_addr: Option<SocketAddr>,
     metrics_addr: Option<SocketAddr>,
-    trace_ui_addr: Option<SocketAddr>,
+    routes_addr: Option<SocketAddr>,
 }
 
 impl HttpServer {
@@ -242,9 +251,9 @@ impl HttpServer {
         probe_addr: Option<SocketAddr>,
         metrics_addr: Option<SocketAddr>,
         readiness: Readiness,
-        registry: SharedRegistry,
+        metrics: SharedMetrics,
     ) -> Result<Self, ServerError> {
-        Self::bind_with(probe_addr, metrics_addr, readiness, registry, None).await
+        Self::bind_with(probe_addr, metrics_addr, readiness, metrics, None).await
     }
 
     /// [`bind`](Self::bind), with `/metrics` served as `secure` says when
@@ -253,13 +262,10 @@ impl HttpServer {
         probe_addr: Option<SocketAddr>,
         metrics_addr: Option<SocketAddr>,
         readiness: Readiness,
-        registry: SharedRegistry,
+        metrics: SharedMetrics,
         secure: Option<SecureMetrics>,
     ) -> Result<Self, ServerError> {
-        let state = AppState {
-            readiness,
-            registry,
-        };
+        let state = AppState { readiness, metrics };
         let bind = |addr: SocketAddr| async move {
             listen::bind(addr).map_err(|source| ServerError::Bind { addr, source })
         };
@@ -284,11 +290,11 @@ impl HttpServer {
                 if let Some(m) = metrics_at {
                     let listener = bind(m).await?;
                     bound_metrics = listener.local_addr().ok();
-                    let (tls, auth) = match secure {
-                        Some(SecureMetrics { tls, auth }) => (Some(tls), Some(auth)),
+                    let (serve, filter) = match secure {
+                        Some(SecureMetrics { filter, serve }) => (Some(serve), Some(filter)),
                         None => (None, None),
                     };
-                    listeners.push((listener, router(false, true, auth, state), tls));
+                    listeners.push((listener, router(false, true, filter, state), serve));
                 }
             }
         }
@@ -296,19 +302,20 @@ impl HttpServer {
             listeners,
             probe_addr: bound_probe,
             metrics_addr: bound_metrics,
-            trace_ui_addr: None,
+            routes_addr: None,
         })
     }
 
-    /// Binds the trace UI's listener alone (port 0 picks a free port: see
-    /// [`trace_ui_addr`](Self::trace_ui_addr)). Its event streams end when
-    /// the [`TraceUi`]'s shutdown token fires, so [`serve`](Self::serve)
-    /// can finish its graceful shutdown.
-    pub async fn bind_trace_ui(addr: SocketAddr, ui: TraceUi) -> Result<Self, ServerError> {
+    /// Binds one listener for the caller's own `routes` (port 0 picks a
+    /// free port: see [`routes_addr`](Self::routes_addr)); with
+    /// `--trace-ui`, the pipeline view. Routes that stream (server-sent
+    /// events) must end their streams at shutdown, so
+    /// [`serve`](Self::serve) can finish its graceful shutdown.
+    pub async fn bind_routes(addr: SocketAddr, routes: Router) -> Result<Self, ServerError> {
         let listener = listen::bind(addr).map_err(|source| ServerError::Bind { addr, source })?;
         Ok(Self {
-            trace_ui_addr: listener.local_addr().ok(),
-            listeners: vec![(listener, trace_ui_router(ui), None)],
+            routes_addr: listener.local_addr().ok(),
+            listeners: vec![(listener, routes, None)],
             probe_addr: None,
             metrics_addr: None,
         })
@@ -324,9 +331,9 @@ impl HttpServer {
         self.metrics_addr
     }
 
-    /// Where the trace UI is served.
-    pub fn trace_ui_addr(&self) -> Option<SocketAddr> {
-        self.trace_ui_addr
+    /// Where [`bind_routes`](Self::bind_routes) serves.
+    pub fn routes_addr(&self) -> Option<SocketAddr> {
+        self.routes_addr
     }
 
     /// Serves until `shutdown`, then lets in-flight requests finish.
@@ -339,12 +346,7 @@ impl HttpServer {
                         .with_graceful_shutdown(stop)
                         .await
                 }),
-                Some(tls) => Box::pin(async move {
-                    let listener = TlsListener::new(listener, tls.server_config());
-                    axum::serve(listener, router)
-                        .with_graceful_shutdown(stop)
-                        .await
-                }),
+                Some(serve) => serve(listener, router, Box::pin(stop)),
             };
             async move { served.await.map_err(ServerError::Serve) }
         });
@@ -355,8 +357,14 @@ impl HttpServer {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::observability::metrics::new_registry;
-    use prometheus_client::metrics::counter::Counter;
+    use crate::runtime::metrics::Family;
+    use crate::runtime::metrics::testing::new_registry;
+
+    const DEMO: Family = Family {
+        name: "demo",
+        help: "a demo counter",
+        labels: &[],
+    };
 
     /// A minimal HTTP/1.1 GET over a raw socket: (status code, body).
     pub(crate) async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
@@ -422,12 +430,7 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn probes_and_metrics_answer_on_separate_ports() {
         let registry = new_registry();
-        let counter = Counter::<u64>::default();
-        registry
-            .lock()
-            .unwrap()
-            .register("demo", "a demo counter", counter.clone());
-        counter.inc();
+        registry.counter(DEMO).with(&[]).inc();
         let readiness = Readiness::new();
         // Different addresses (127.0.0.1 and 127.0.0.2 are both loopback on Linux).
         let other: Option<SocketAddr> = Some("127.0.0.2:0".parse().unwrap());
@@ -474,88 +477,67 @@ pub(crate) mod tests {
         task.await.unwrap().unwrap();
     }
 
-    /// Allows the token "reader"; authenticates no other.
-    struct OnlyReader;
-
-    impl crate::observability::metrics_auth::Reviews for OnlyReader {
-        fn authenticate<'a>(
-            &'a self,
-            token: &'a str,
-        ) -> BoxFuture<'a, Result<Option<metrics_auth::Identity>, metrics_auth::ReviewError>>
-        {
-            let who = (token == "reader").then(|| metrics_auth::Identity {
-                username: "reader".into(),
-                ..Default::default()
-            });
-            Box::pin(async move { Ok(who) })
-        }
-
-        fn authorize<'a>(
-            &'a self,
-            _: &'a metrics_auth::Identity,
-            _: &'a str,
-            _: &'a str,
-        ) -> BoxFuture<'a, Result<bool, metrics_auth::ReviewError>> {
-            Box::pin(async { Ok(true) })
-        }
+    /// A filter that lets only `Authorization: Bearer reader` through.
+    fn only_reader(router: Router) -> Router {
+        router.route_layer(axum::middleware::from_fn(
+            |request: axum::extract::Request, next: axum::middleware::Next| async move {
+                let token = request
+                    .headers()
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok());
+                if token == Some("Bearer reader") {
+                    next.run(request).await
+                } else {
+                    (StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response()
+                }
+            },
+        ))
     }
 
-    /// GET over TLS, trusting exactly `cert` for the name `localhost`:
-    /// (status code, body), or the error of the connection.
-    pub(crate) async fn https_get(
-        addr: SocketAddr,
-        cert: &rustls_pki_types::CertificateDer<'static>,
-        path: &str,
-        token: Option<&str>,
-    ) -> std::io::Result<(u16, String)> {
+    /// Serves plain HTTP, counting the listeners it was handed (a stand-in
+    /// for the caller's TLS).
+    fn counting_serve(served: Arc<std::sync::atomic::AtomicUsize>) -> ServeTls {
+        Arc::new(move |listener, router, stop| {
+            served.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(stop)
+                    .await
+            })
+        })
+    }
+
+    /// GET with a bearer token: (status code, body).
+    async fn get_with_token(addr: SocketAddr, path: &str, token: &str) -> (u16, String) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(cert.clone()).unwrap();
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
-        let tcp = tokio::net::TcpStream::connect(addr).await?;
-        let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
-        let mut tls = connector.connect(name, tcp).await?;
-        let auth = token
-            .map(|t| format!("Authorization: Bearer {t}\r\n"))
-            .unwrap_or_default();
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n");
-        tls.write_all(request.as_bytes()).await?;
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        );
+        tcp.write_all(request.as_bytes()).await.unwrap();
         let mut response = Vec::new();
-        // rustls reports a peer that closes without close_notify as an
-        // error after the data; the response is complete by then.
-        let _ = tls.read_to_end(&mut response).await;
+        tcp.read_to_end(&mut response).await.unwrap();
         let text = String::from_utf8_lossy(&response).into_owned();
         let status = text
             .split_whitespace()
             .nth(1)
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| std::io::Error::other(format!("no HTTP response: {text:?}")))?;
+            .unwrap();
         let body = text
             .split_once("\r\n\r\n")
             .map(|(_, b)| b.to_owned())
             .unwrap_or_default();
-        Ok((status, body))
+        (status, body)
     }
 
     #[tokio::test]
-    async fn a_secure_metrics_port_speaks_tls_and_answers_only_authorized_tokens() {
+    async fn a_secure_metrics_port_is_served_by_the_callers_tls_behind_its_filter() {
         let registry = new_registry();
-        registry
-            .lock()
-            .unwrap()
-            .register("demo", "a demo counter", Counter::<u64>::default());
-        let tls = MetricsTls::self_signed().unwrap();
-        let cert = tls.certificate().clone();
+        registry.counter(DEMO).with(&[]);
+        let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let secure = SecureMetrics {
-            tls,
-            auth: MetricsAuth::with_reviews(OnlyReader),
+            filter: Arc::new(only_reader),
+            serve: counting_serve(Arc::clone(&served)),
         };
         let other: Option<SocketAddr> = Some("127.0.0.2:0".parse().unwrap());
         let server =
@@ -566,39 +548,20 @@ pub(crate) mod tests {
         let stop = CancellationToken::new();
         let task = tokio::spawn(server.serve(stop.clone()));
 
-        let (status, body) = https_get(metrics_at, &cert, "/metrics", Some("reader"))
-            .await
-            .unwrap();
+        let (status, body) = get_with_token(metrics_at, "/metrics", "reader").await;
         assert_eq!(status, 200);
         assert!(body.contains("demo_total 0"), "{body}");
-        let (status, body) = https_get(metrics_at, &cert, "/metrics", None)
-            .await
-            .unwrap();
-        assert_eq!((status, body.as_str()), (401, "Unauthorized\n"));
-        let (status, _) = https_get(metrics_at, &cert, "/metrics", Some("intruder"))
-            .await
-            .unwrap();
-        assert_eq!(status, 401);
-        // Plain HTTP gets no HTTP answer from a TLS port.
-        let plain = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-            let mut tcp = tokio::net::TcpStream::connect(metrics_at).await.unwrap();
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            tcp.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
-                .await
-                .unwrap();
-            let mut out = Vec::new();
-            let _ = tcp.read_to_end(&mut out).await;
-            out
-        })
-        .await
-        .unwrap();
-        assert!(
-            !plain.starts_with(b"HTTP/"),
-            "{:?}",
-            String::from_utf8_lossy(&plain)
+        assert_eq!(
+            http_get(metrics_at, "/metrics").await,
+            (401, "Unauthorized\n".to_owned())
         );
-        // The probes stay plain HTTP, without a token.
+        assert_eq!(
+            get_with_token(metrics_at, "/metrics", "intruder").await.0,
+            401
+        );
+        // The probes stay plain, without a token, on a listener of their own.
         assert_eq!(http_get(probe, "/healthz").await, (200, "ok".to_owned()));
+        assert_eq!(served.load(Ordering::SeqCst), 1, "only /metrics is secured");
 
         stop.cancel();
         task.await.unwrap().unwrap();
@@ -607,8 +570,8 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn a_secure_metrics_port_cannot_share_the_probes_address() {
         let secure = SecureMetrics {
-            tls: MetricsTls::self_signed().unwrap(),
-            auth: MetricsAuth::with_reviews(OnlyReader),
+            filter: Arc::new(only_reader),
+            serve: counting_serve(Arc::default()),
         };
         let err = HttpServer::bind_with(
             loopback(),
@@ -635,102 +598,18 @@ pub(crate) mod tests {
         assert_eq!(err.category(), "bind");
     }
 
-    // The trace UI served over HTTP (its streaming is tested in
-    // `observability::trace_ui`, which does not know this server).
-    mod trace_ui_page {
-        use std::net::SocketAddr;
-        use std::time::Duration;
-
-        use serde_json::Value;
-        use tokio_util::sync::CancellationToken;
-        use tracing_subscriber::layer::SubscriberExt;
-
-        use super::http_get;
-        use crate::observability::trace_ui::TraceUi;
-        use crate::runtime::manager::server::HttpServer;
-
-        /// Installs `ui`'s layer as this thread's subscriber while the guard lives.
-        fn feed(ui: &TraceUi) -> tracing::subscriber::DefaultGuard {
-            tracing::subscriber::set_default(tracing_subscriber::registry().with(ui.layer()))
-        }
-
-        async fn wait_for_viewers(ui: &TraceUi, n: usize) {
-            tokio::time::timeout(Duration::from_secs(10), async {
-                while ui.viewers() < n {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            })
+    #[tokio::test]
+    async fn the_callers_routes_are_served_on_a_listener_of_their_own() {
+        let routes = Router::new().route("/", get(|| async { "page" }));
+        let server = HttpServer::bind_routes("127.0.0.1:0".parse().unwrap(), routes)
             .await
-            .expect("the viewer subscribed");
-        }
-
-        #[tokio::test]
-        async fn the_events_endpoint_streams_a_pipeline_event_as_json() {
-            let stop = CancellationToken::new();
-            let ui = TraceUi::new(stop.clone());
-            let _guard = feed(&ui);
-            let server = HttpServer::bind_trace_ui("127.0.0.1:0".parse().unwrap(), ui.clone())
-                .await
-                .unwrap();
-            let addr: SocketAddr = server.trace_ui_addr().unwrap();
-            let serving = tokio::spawn(server.serve(stop.clone()));
-
-            let (status, page) = http_get(addr, "/").await;
-            assert_eq!(status, 200);
-            assert!(page.contains("new EventSource(\"events\")"), "{page}");
-            // A box's link: the chapter, from the binary, wherever it runs.
-            let (status, chapter) = http_get(addr, "/docs/01-reflector.md").await;
-            assert_eq!(status, 200);
-            assert!(chapter.contains("# 1. Reflector"), "{chapter}");
-            let (status, missing) = http_get(addr, "/docs/99-nothing.md").await;
-            assert_eq!(status, 404);
-            assert!(missing.contains("01-reflector.md"), "{missing}");
-
-            let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-            stream.writable().await.unwrap();
-            let request = b"GET /events HTTP/1.1\r\nHost: test\r\n\r\n";
-            assert_eq!(stream.try_write(request).unwrap(), request.len());
-            wait_for_viewers(&ui, 1).await;
-            tracing::info!(target: "tfjob_operator", "not a pipeline event: never sent");
-            tracing::debug!(target: "pipeline", stage = "5 handler", key = "ns/job", depth = 3, "key added to the workqueue");
-
-            // Read the (chunked) response until the first complete data line.
-            let data = tokio::time::timeout(Duration::from_secs(10), async {
-                let mut text = String::new();
-                let mut buf = [0u8; 4096];
-                loop {
-                    let found = text
-                        .split_once("\ndata: ")
-                        .and_then(|(_, rest)| rest.split_once('\n'));
-                    if let Some((data, _)) = found {
-                        break data.to_owned();
-                    }
-                    stream.readable().await.unwrap();
-                    match stream.try_read(&mut buf) {
-                        Ok(0) => panic!("the stream closed: {text}"),
-                        Ok(n) => text.push_str(&String::from_utf8_lossy(&buf[..n])),
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                        Err(e) => panic!("{e}"),
-                    }
-                }
-            })
-            .await
-            .expect("a data line");
-            let message: Value = serde_json::from_str(&data).unwrap();
-            assert_eq!(message["stage"], "5 handler");
-            assert_eq!(message["key"], "ns/job");
-            assert_eq!(message["msg"], "key added to the workqueue");
-            assert_eq!(message["depth"], 3, "the queue's depth, as traced");
-            assert_eq!(message["seq"], 1, "the first message sent");
-
-            // Shutdown ends the open stream, so the server's graceful shutdown
-            // finishes instead of waiting on it forever.
-            stop.cancel();
-            tokio::time::timeout(Duration::from_secs(10), serving)
-                .await
-                .expect("the server stops with a viewer connected")
-                .unwrap()
-                .unwrap();
-        }
+            .unwrap();
+        let addr = server.routes_addr().unwrap();
+        assert_eq!((server.probe_addr(), server.metrics_addr()), (None, None));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(server.serve(stop.clone()));
+        assert_eq!(http_get(addr, "/").await, (200, "page".to_owned()));
+        stop.cancel();
+        task.await.unwrap().unwrap();
     }
 }

@@ -57,6 +57,7 @@ fn manager() -> Manager {
             graceful_shutdown: Duration::from_secs(30),
             handle_signals: false,
         },
+        crate::runtime::metrics::testing::new_registry(),
     )
 }
 
@@ -428,7 +429,7 @@ async fn every_event_recorder_shares_one_writer_and_one_set_of_metrics() {
     let _a = mgr.event_recorder("a");
     let _b = mgr.event_recorder("b");
     assert_eq!(mgr.background.len(), 1);
-    let text = crate::observability::metrics::encode(&mgr.registry());
+    let text = crate::runtime::metrics::testing::encode(&mgr.registry());
     assert_eq!(
         text.matches("# TYPE tfjob_operator_events_write_failures counter")
             .count(),

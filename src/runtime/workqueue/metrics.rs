@@ -1,4 +1,6 @@
-//! Prometheus metrics for work queues, with client-go's names.
+//! Work-queue metrics with client-go's names, counted through the
+//! runtime's metrics seam ([`crate::runtime::metrics`]), as client-go's queue
+//! counts through its `MetricsProvider` without knowing Prometheus.
 //!
 //! Mirrors client-go `util/workqueue/metrics.go` and the names controller-runtime
 //! registers in `pkg/metrics/workqueue.go`, so dashboards written for Go
@@ -9,137 +11,136 @@
 //!
 //! client-go refreshes `unfinished_work_seconds` and
 //! `longest_running_processor_seconds` from a goroutine every 500 ms; we compute
-//! them at scrape time with a [`Collector`] instead, so there is no background
+//! them at scrape time ([`Scrape`]) instead, so there is no background
 //! task and the value is exact when read.
 //!
 //! This module must never touch a queue's lock on the hot path: queues call
 //! the small `QueueMetrics` methods after releasing their lock.
-use std::any::{Any, TypeId};
-use std::fmt;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 
-use crate::observability::metrics::SharedRegistry;
+use crate::runtime::metrics::{
+    self, Buckets, CounterFamily, Family, GaugeFamily, HistogramFamily, Scrape, ScrapedKind,
+    ScrapedSeries, SharedMetrics, Value, register_once,
+};
 
 /// The labels every workqueue series carries.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QueueLabels {
-    pub controller: String,
-    pub name: String,
-}
+const QUEUE_LABELS: &[&str] = &["controller", "name"];
 
-/// `workqueue_depth`'s labels: controller-runtime splits depth by priority.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DepthLabels {
-    pub controller: String,
-    pub name: String,
-    pub priority: String,
-}
-
-type HistogramFamily = Family<QueueLabels, Histogram, fn() -> Histogram>;
-
-fn duration_histogram() -> Histogram {
-    // client-go: 10 ns up to 1000 s, one bucket per power of ten.
-    Histogram::new(exponential_buckets(1e-8, 10.0, 12))
-}
+/// client-go: 10 ns up to 1000 s, one bucket per power of ten.
+const DURATION_BUCKETS: Buckets = Buckets::Exponential {
+    start: 1e-8,
+    factor: 10.0,
+    count: 12,
+};
 
 /// The workqueue metric families of one registry, shared by all its queues.
 #[derive(Clone)]
 pub struct WorkqueueMetrics {
-    depth: Family<DepthLabels, Gauge>,
-    adds: Family<QueueLabels, Counter>,
-    queue_duration: HistogramFamily,
-    work_duration: HistogramFamily,
-    retries: Family<QueueLabels, Counter>,
+    depth: Arc<dyn GaugeFamily>,
+    adds: Arc<dyn CounterFamily>,
+    queue_duration: Arc<dyn HistogramFamily>,
+    work_duration: Arc<dyn HistogramFamily>,
+    retries: Arc<dyn CounterFamily>,
     unfinished: Arc<UnfinishedCollector>,
 }
 
 impl WorkqueueMetrics {
     /// The families registered in `registry`, registering them on first use,
     /// so any number of queues can share one registry without duplicates.
-    pub fn register(registry: &SharedRegistry) -> Self {
+    pub fn register(registry: &SharedMetrics) -> Self {
         register_once(registry, |r| {
-            let m = WorkqueueMetrics {
-                depth: Family::default(),
-                adds: Family::default(),
-                queue_duration: Family::new_with_constructor(duration_histogram),
-                work_duration: Family::new_with_constructor(duration_histogram),
-                retries: Family::default(),
-                unfinished: Arc::new(UnfinishedCollector::default()),
+            let family = |name, help| Family {
+                name,
+                help,
+                labels: QUEUE_LABELS,
             };
-            r.register(
-                "workqueue_depth",
-                "Current depth of workqueue by workqueue and priority",
-                m.depth.clone(),
-            );
-            // prometheus-client appends `_total` to counters itself.
-            r.register(
+            let depth = r.gauge(Family {
+                name: "workqueue_depth",
+                help: "Current depth of workqueue by workqueue and priority",
+                labels: &["controller", "name", "priority"],
+            });
+            // The registry appends `_total` to counters itself.
+            let adds = r.counter(family(
                 "workqueue_adds",
                 "Total number of adds handled by workqueue",
-                m.adds.clone(),
+            ));
+            let queue_duration = r.histogram(
+                family(
+                    "workqueue_queue_duration_seconds",
+                    "How long in seconds an item stays in workqueue before being requested",
+                ),
+                DURATION_BUCKETS,
             );
-            r.register(
-                "workqueue_queue_duration_seconds",
-                "How long in seconds an item stays in workqueue before being requested",
-                m.queue_duration.clone(),
+            let work_duration = r.histogram(
+                family(
+                    "workqueue_work_duration_seconds",
+                    "How long in seconds processing an item from workqueue takes",
+                ),
+                DURATION_BUCKETS,
             );
-            r.register(
-                "workqueue_work_duration_seconds",
-                "How long in seconds processing an item from workqueue takes",
-                m.work_duration.clone(),
-            );
-            r.register(
+            let retries = r.counter(family(
                 "workqueue_retries",
                 "Total number of retries handled by workqueue",
-                m.retries.clone(),
+            ));
+            let unfinished = Arc::new(UnfinishedCollector::default());
+            r.scraped(
+                &[
+                    (
+                        family(
+                            "workqueue_unfinished_work_seconds",
+                            "How many seconds of work has been done that is in progress and hasn't been \
+                             observed by work_duration. Large values indicate stuck threads.",
+                        ),
+                        ScrapedKind::Gauge,
+                    ),
+                    (
+                        family(
+                            "workqueue_longest_running_processor_seconds",
+                            "How many seconds has the longest running processor for workqueue been running",
+                        ),
+                        ScrapedKind::Gauge,
+                    ),
+                ],
+                Arc::clone(&unfinished) as Arc<dyn Scrape>,
             );
-            r.register_collector(Box::new(Arc::clone(&m.unfinished)));
-            m
+            WorkqueueMetrics {
+                depth,
+                adds,
+                queue_duration,
+                work_duration,
+                retries,
+                unfinished,
+            }
         })
     }
 
     /// Handles for the queue called `name`.
     pub fn queue(&self, name: &str) -> QueueMetrics {
-        let labels = QueueLabels {
-            controller: name.to_owned(),
-            name: name.to_owned(),
-        };
-        let depth = DepthLabels {
-            controller: name.to_owned(),
-            name: name.to_owned(),
-            priority: String::new(),
-        };
+        let labels = [name, name];
         QueueMetrics {
-            depth: self.depth.get_or_create(&depth).clone(),
-            adds: self.adds.get_or_create(&labels).clone(),
-            queue_duration: self.queue_duration.get_or_create(&labels).clone(),
-            work_duration: self.work_duration.get_or_create(&labels).clone(),
-            retries: self.retries.get_or_create(&labels).clone(),
+            depth: self.depth.with(&[name, name, ""]),
+            adds: self.adds.with(&labels),
+            queue_duration: self.queue_duration.with(&labels),
+            work_duration: self.work_duration.with(&labels),
+            retries: self.retries.with(&labels),
             unfinished: Arc::clone(&self.unfinished),
-            labels,
+            name: name.to_owned(),
         }
     }
 }
 
-/// One queue's metric handles (cheap atomics; no lock, no lookup per op).
+/// One queue's metric handles (resolved once; no lock, no lookup per op).
 #[derive(Clone)]
 pub struct QueueMetrics {
-    labels: QueueLabels,
-    depth: Gauge,
-    adds: Counter,
-    queue_duration: Histogram,
-    work_duration: Histogram,
-    retries: Counter,
+    name: String,
+    depth: Arc<dyn metrics::Gauge>,
+    adds: Arc<dyn metrics::Counter>,
+    queue_duration: Arc<dyn metrics::Histogram>,
+    work_duration: Arc<dyn metrics::Histogram>,
+    retries: Arc<dyn metrics::Counter>,
     unfinished: Arc<UnfinishedCollector>,
 }
 
@@ -170,7 +171,7 @@ impl QueueMetrics {
             .queues
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        queues.push((self.labels.clone(), queue));
+        queues.push((self.name.clone(), queue));
     }
 }
 
@@ -180,97 +181,37 @@ pub(super) trait UnfinishedWork: Send + Sync {
     fn unfinished(&self, now: Instant) -> (f64, f64);
 }
 
+/// Every queue of one registry, read when scraped.
 #[derive(Default)]
 struct UnfinishedCollector {
-    queues: Mutex<Vec<(QueueLabels, Weak<dyn UnfinishedWork>)>>,
+    queues: Mutex<Vec<(String, Weak<dyn UnfinishedWork>)>>,
 }
 
-impl fmt::Debug for UnfinishedCollector {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("UnfinishedCollector")
-    }
-}
-
-impl Collector for UnfinishedCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+impl Scrape for UnfinishedCollector {
+    fn scrape(&self) -> Vec<ScrapedSeries> {
         let now = Instant::now();
-        let values: Vec<(QueueLabels, (f64, f64))> = {
-            let mut queues = self
-                .queues
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            queues.retain(|(_, q)| q.strong_count() > 0);
-            queues
-                .iter()
-                .filter_map(|(l, q)| q.upgrade().map(|q| (l.clone(), q.unfinished(now))))
-                .collect()
-        };
-        let families: [(&str, &str, Pick); 2] = [
-            (
-                "workqueue_unfinished_work_seconds",
-                "How many seconds of work has been done that is in progress and hasn't been \
-                 observed by work_duration. Large values indicate stuck threads.",
-                |(total, _)| total,
-            ),
-            (
-                "workqueue_longest_running_processor_seconds",
-                "How many seconds has the longest running processor for workqueue been running",
-                |(_, longest)| longest,
-            ),
-        ];
-        for (name, help, pick) in families {
-            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            for (labels, v) in &values {
-                let gauge = ConstGauge::new(pick(*v));
-                gauge.encode(metric.encode_family(labels)?)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Picks one of (total, longest) for a gauge.
-type Pick = fn((f64, f64)) -> f64;
-
-type Registered = (Weak<Mutex<Registry>>, TypeId, Box<dyn Any + Send>);
-
-/// Families already registered, per registry and per metrics type.
-static REGISTERED: Mutex<Vec<Registered>> = Mutex::new(Vec::new());
-
-/// Returns the `M` registered in `registry`, calling `make` only the first time.
-///
-/// prometheus-client has no lookup by name and happily encodes a family twice,
-/// so components that share a registry (two controllers, two queues) go
-/// through here to register their families exactly once.
-pub(crate) fn register_once<M: Clone + Send + 'static>(
-    registry: &SharedRegistry,
-    make: impl FnOnce(&mut Registry) -> M,
-) -> M {
-    let mut all = REGISTERED
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    all.retain(|(r, _, _)| r.strong_count() > 0);
-    let wanted = TypeId::of::<M>();
-    let found = all
-        .iter()
-        .find(|(r, t, _)| *t == wanted && std::ptr::eq(r.as_ptr(), Arc::as_ptr(registry)));
-    if let Some(m) = found.and_then(|(_, _, m)| m.downcast_ref::<M>()) {
-        return m.clone();
-    }
-    let m = {
-        let mut reg = registry
+        let mut queues = self
+            .queues
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        make(&mut reg)
-    };
-    all.push((Arc::downgrade(registry), wanted, Box::new(m.clone())));
-    m
+        queues.retain(|(_, q)| q.strong_count() > 0);
+        queues
+            .iter()
+            .filter_map(|(name, q)| {
+                let (total, longest) = q.upgrade()?.unfinished(now);
+                Some((
+                    vec![name.clone(), name.clone()],
+                    vec![Value::Float(total), Value::Float(longest)],
+                ))
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observability::metrics::{encode, new_registry};
+    use crate::runtime::metrics::testing::{encode, new_registry};
 
     #[test]
     fn families_are_registered_once_per_registry() {

@@ -15,7 +15,7 @@ use super::delaying::DelayingQueue;
 use super::metrics::{QueueMetrics, WorkqueueMetrics};
 use super::queue::Get;
 use super::rate_limiter::{RateLimiter, default_controller_rate_limiter};
-use crate::observability::metrics::SharedRegistry;
+use crate::runtime::metrics::SharedMetrics;
 
 /// A rate-limited, delaying work queue. A cheap `Clone` handle.
 pub struct RateLimitingQueue<T> {
@@ -50,7 +50,7 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> RateLimitingQueue<T> {
     pub fn with_metrics(
         name: &str,
         limiter: impl RateLimiter<T>,
-        registry: &SharedRegistry,
+        registry: &SharedMetrics,
     ) -> Self {
         let metrics = WorkqueueMetrics::register(registry).queue(name);
         Self::build(Arc::new(limiter), Some(metrics))
@@ -151,7 +151,7 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> RateLimitingQueue<T> {
 mod tests {
     use super::super::test_support::advance;
     use super::*;
-    use crate::observability::metrics::{encode, new_registry};
+    use crate::runtime::metrics::testing::{encode, new_registry};
     use crate::runtime::workqueue::rate_limiter::ItemExponentialFailure;
 
     #[tokio::test(start_paused = true)]

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::api::constants::LABEL_JOB_NAME;
 use crate::api::types::TFJob;
+use crate::observability::metrics::SharedRegistry;
 use crate::runtime::cache::factory::{FactoryError, InformerFactory, WatchConfig};
 use crate::runtime::cache::informer::SharedInformer;
 use crate::runtime::cache::reflector::Transform;
@@ -62,6 +63,9 @@ pub struct Options {
     pub gang: GangMode,
     /// `--kueue`: likewise ([`crate::tfjob::integrations::kueue`]).
     pub kueue: KueueMode,
+    /// The Prometheus registry the job metrics go to (the manager's
+    /// `registry()` is the pipeline's seam over it).
+    pub registry: SharedRegistry,
 }
 
 /// Why the controller could not be set up.
@@ -137,7 +141,7 @@ pub fn reconciler(
         )));
     let client = manager.client();
     let recorder = manager.event_recorder(COMPONENT);
-    let metrics = JobMetrics::register(&manager.registry());
+    let metrics = JobMetrics::register(&options.registry);
     let status = StatusWriter {
         client: client.clone(),
         written: Default::default(),

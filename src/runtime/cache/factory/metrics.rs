@@ -1,4 +1,4 @@
-//! Prometheus metrics of every informer a factory created, read at scrape time.
+//! Metrics of every informer a factory created, read at scrape time.
 //!
 //! client-go once exported `reflector_*` metrics (lists, watches, last
 //! resourceVersion; removed in 1.17 for their cost with per-reflector
@@ -7,18 +7,14 @@
 //! failures, relists in a loop, a frozen resourceVersion) becomes visible.
 //!
 //! It must never touch the informers' hot paths: a collector reads the
-//! counters the reflector keeps anyway, only when scraped.
-use std::fmt;
+//! counters the reflector keeps anyway, only when scraped (through the
+//! runtime's metrics seam, [`crate::runtime::metrics`]).
 use std::sync::Arc;
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
+use crate::runtime::metrics::{Family, Scrape, ScrapedKind, ScrapedSeries, SharedMetrics, Value};
 
 /// Labels of one informer: its kind and the scope of its watch.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub(super) struct InformerLabels {
     pub kind: String,
     pub namespace: String,
@@ -42,68 +38,88 @@ pub(super) struct Snapshot {
 /// Yields the current snapshot of every informer.
 pub(super) type Source = Arc<dyn Fn() -> Vec<(InformerLabels, Snapshot)> + Send + Sync>;
 
-pub(super) struct InformerCollector {
-    pub source: Source,
-}
+const LABELS: &[&str] = &["kind", "namespace", "label_selector", "field_selector"];
 
-impl fmt::Debug for InformerCollector {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("InformerCollector")
+const fn family(name: &'static str, help: &'static str) -> Family {
+    Family {
+        name,
+        help,
+        labels: LABELS,
     }
 }
 
-type CounterPick = fn(&Snapshot) -> u64;
-type GaugePick = fn(&Snapshot) -> i64;
+/// The families, in the order [`InformerCollector::scrape`] gives values.
+const FAMILIES: [(Family, ScrapedKind); 6] = [
+    (
+        family(
+            "tfjob_operator_informer_lists",
+            "Completed (re)lists of the informer's reflector, streaming or paginated",
+        ),
+        ScrapedKind::Counter,
+    ),
+    (
+        family(
+            "tfjob_operator_informer_watches",
+            "Watches opened by the informer's reflector",
+        ),
+        ScrapedKind::Counter,
+    ),
+    (
+        family(
+            "tfjob_operator_informer_decode_failures",
+            "Objects from lists and watches that failed to decode (the cache kept its last good copy; an undecodable delete still deleted by key)",
+        ),
+        ScrapedKind::Counter,
+    ),
+    (
+        family(
+            "tfjob_operator_informer_last_sync_resource_version",
+            "The resourceVersion the informer's cache is synced to (0: unknown)",
+        ),
+        ScrapedKind::Gauge,
+    ),
+    (
+        family(
+            "tfjob_operator_informer_cached_objects",
+            "Objects in the informer's cache",
+        ),
+        ScrapedKind::Gauge,
+    ),
+    (
+        family(
+            "tfjob_operator_informer_synced",
+            "1 once the informer's first list has been delivered",
+        ),
+        ScrapedKind::Gauge,
+    ),
+];
 
-impl Collector for InformerCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let values = (self.source)();
-        let counters: [(&str, &str, CounterPick); 3] = [
-            (
-                "tfjob_operator_informer_lists",
-                "Completed (re)lists of the informer's reflector, streaming or paginated",
-                |s| s.lists,
-            ),
-            (
-                "tfjob_operator_informer_watches",
-                "Watches opened by the informer's reflector",
-                |s| s.watches,
-            ),
-            (
-                "tfjob_operator_informer_decode_failures",
-                "Objects from lists and watches that failed to decode (the cache kept its last good copy; an undecodable delete still deleted by key)",
-                |s| s.decode_failures,
-            ),
-        ];
-        for (name, help, pick) in counters {
-            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for (labels, snapshot) in &values {
-                ConstCounter::new(pick(snapshot)).encode(metric.encode_family(labels)?)?;
-            }
-        }
-        let gauges: [(&str, &str, GaugePick); 3] = [
-            (
-                "tfjob_operator_informer_last_sync_resource_version",
-                "The resourceVersion the informer's cache is synced to (0: unknown)",
-                |s| s.last_sync_resource_version,
-            ),
-            (
-                "tfjob_operator_informer_cached_objects",
-                "Objects in the informer's cache",
-                |s| s.cached_objects,
-            ),
-            (
-                "tfjob_operator_informer_synced",
-                "1 once the informer's first list has been delivered",
-                |s| i64::from(s.synced),
-            ),
-        ];
-        for (name, help, pick) in gauges {
-            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            for (labels, snapshot) in &values {
-                ConstGauge::new(pick(snapshot)).encode(metric.encode_family(labels)?)?;
-            }
-        }
-        Ok(())
+/// Registers the informer families in `registry`, read from `source`.
+pub(super) fn register(registry: &SharedMetrics, source: Source) {
+    registry.scraped(&FAMILIES, Arc::new(InformerCollector { source }));
+}
+
+struct InformerCollector {
+    source: Source,
+}
+
+impl Scrape for InformerCollector {
+    fn scrape(&self) -> Vec<ScrapedSeries> {
+        (self.source)()
+            .into_iter()
+            .map(|(l, s)| {
+                (
+                    vec![l.kind, l.namespace, l.label_selector, l.field_selector],
+                    vec![
+                        Value::Count(s.lists),
+                        Value::Count(s.watches),
+                        Value::Count(s.decode_failures),
+                        Value::Int(s.last_sync_resource_version),
+                        Value::Int(s.cached_objects),
+                        Value::Int(i64::from(s.synced)),
+                    ],
+                )
+            })
+            .collect()
     }
 }

@@ -573,3 +573,64 @@ async fn decode_failure_handlers_hear_of_each_undecodable_object_by_its_metadata
     );
     assert_eq!(r.status.decode_failures(), 2);
 }
+
+/// A reflector stepped by hand, not run.
+fn stepped(lw: ScriptedListWatch) -> Reflector<ConfigMap> {
+    Reflector::new(Arc::new(lw), DeltaFifo::new(Indexer::new()), paginated())
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_loop_goes_from_empty_to_listed_to_watching_and_back_to_listed_when_a_watch_closes() {
+    let lw = ScriptedListWatch::new()
+        .list(Ok(page(vec![cm_json("a", "1")], "5", None)))
+        .watch(closing(vec![added("b", "6")]));
+    let mut r = stepped(lw);
+    let mut backoff = Backoff::default();
+    let state = r.step(State::Empty, &mut backoff).await;
+    assert_eq!(state.name(), "Listed");
+    let state = r.step(state, &mut backoff).await;
+    assert_eq!(state.name(), "Watching");
+    let state = r.step(state, &mut backoff).await;
+    assert_eq!(
+        state.name(),
+        "Listed",
+        "a clean close re-watches, no relist"
+    );
+    assert_eq!(
+        r.status().last_sync_resource_version().as_deref(),
+        Some("6")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streaming_list_goes_from_empty_straight_to_watching() {
+    let lw = ScriptedListWatch::new().watch(open(vec![added("a", "4"), bookmark("5", true)]));
+    let mut r = Reflector::new(
+        Arc::new(lw),
+        DeltaFifo::<ConfigMap>::new(Indexer::new()),
+        ReflectorConfig::default(),
+    );
+    let state = r.step(State::Empty, &mut Backoff::default()).await;
+    assert_eq!(state.name(), "Watching", "its watch goes on");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_list_stays_empty_and_a_failed_watch_goes_back_to_empty_only_when_expired() {
+    let lw = ScriptedListWatch::new().list(Err(api_error(503, "ServiceUnavailable")));
+    let mut r = stepped(lw);
+    let state = r.step(State::Empty, &mut Backoff::default()).await;
+    assert_eq!(state.name(), "Empty");
+
+    let expired = ReflectorError::WatchEvent(status(410, "Expired", "too old resource version"));
+    assert_eq!(State::after(&expired).name(), "Empty");
+    assert_eq!(
+        State::after(&ReflectorError::UnreadableDelete).name(),
+        "Empty"
+    );
+    assert_eq!(
+        State::after(&ReflectorError::VeryShortWatch).name(),
+        "Listed"
+    );
+    let refused = ReflectorError::StartWatch(api_error(503, "ServiceUnavailable"));
+    assert_eq!(State::after(&refused).name(), "Listed");
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 use futures::FutureExt;
 
 use super::*;
-use crate::observability::metrics::{encode, new_registry};
+use crate::runtime::metrics::testing::{encode, new_registry};
 use crate::runtime::workqueue::metrics::WorkqueueMetrics;
 
 fn now_or_never<F: std::future::Future>(f: F) -> Option<F::Output> {
