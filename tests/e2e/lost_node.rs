@@ -15,8 +15,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::{RestartPolicy, TFJob};
 
+use crate::cluster::{client, random_suffix, test_namespace, wait_until};
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, random_suffix, shared_cluster, test_namespace, wait_until};
+use crate::support::shared_cluster;
 
 /// The label `e2e/cluster.sh` tells KWOK to leave alone.
 const LOST_LABEL: &str = "e2e.tfjob-operator.local/lost";
