@@ -34,6 +34,7 @@ mod kueue_workload;
 mod lost_node;
 mod managed_by;
 mod manager;
+mod migration;
 mod multikueue;
 mod observability;
 mod operator;
