@@ -320,7 +320,19 @@ async fn jobs_move_from_training_operator_to_ours_and_back_with_no_pod_deleted_o
     })
     .await;
     drive_pod_exit(&client, &ns, "restarted-worker-0", None, 137).await;
-    let failed = wait_job(&jobs, "restarted", "Failed", |j| is_true(j, "Failed")).await;
+    // Failed, not restarted: a build that forgot training-operator's
+    // restart would re-create the Worker (restart 1 of 1) instead.
+    let failed = wait_until("TFJob restarted Failed", SLOW, || async {
+        let uid = uid_of(&pods, "restarted-worker-0").await;
+        assert!(
+            uid.is_none() || uid.as_ref() == Some(&recreated),
+            "ours re-created restarted-worker-0 instead of failing the job: \
+             the restart training-operator made was not counted"
+        );
+        let job = jobs.get_opt("restarted").await.ok().flatten()?;
+        is_true(&job, "Failed").then_some(job)
+    })
+    .await;
     assert_eq!(
         condition(&failed, "Failed").and_then(|c| c["message"].as_str()),
         Some(backoff_limit_exceeded("restarted").as_str()),
