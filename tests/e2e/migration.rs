@@ -282,6 +282,10 @@ async fn jobs_move_from_training_operator_to_ours_and_back_with_no_pod_deleted_o
     // after ours is ready nothing may change.
     kubeflow.stop();
     let before = snapshot(&jobs).await;
+    assert!(
+        is_true(&before["restarted"], "Restarting"),
+        "the switch should come while training-operator's restart is under way"
+    );
     let recorder = Recorder::start(&client, &ns).await;
     let switched = Instant::now();
     let mut ours = Operator::start(&ns);
@@ -371,6 +375,10 @@ async fn jobs_move_from_training_operator_to_ours_and_back_with_no_pod_deleted_o
         "ours stops on SIGTERM"
     );
     let handed_back = snapshot(&jobs).await;
+    assert!(
+        is_true(&handed_back["steady"], "Running"),
+        "ours kept steady running"
+    );
     let back = Instant::now();
     let mut kubeflow = TrainingOperator::start(&client, &ns).await;
     recorder

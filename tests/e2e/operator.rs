@@ -106,7 +106,7 @@ pub async fn ensure_crd(client: &Client) {
 }
 
 /// A free loopback port (bound, then released for the operator to take).
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

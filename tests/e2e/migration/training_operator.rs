@@ -15,7 +15,6 @@
 //!
 //! The binary: `TFJOB_E2E_TRAINING_OPERATOR` (set by `e2e/run-suite.sh` from
 //! `e2e/peers.sh --dir`).
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -26,7 +25,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 
 use crate::cluster::{cluster_dir, kubeconfig_path, wait_until};
-use crate::operator::http_get;
+use crate::operator::{free_port, http_get};
 
 /// Names v1.9.2 hard-codes (`cmd/training-operator.v1/main.go`, `pkg/cert`).
 const SECRET: &str = "training-operator-webhook-cert";
@@ -46,13 +45,6 @@ fn binary() -> PathBuf {
                  (`make e2e-kubeflow-crd` builds it with e2e/peers.sh)"
             )
         })
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
 
 /// A training-operator process watching one namespace.
