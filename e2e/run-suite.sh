@@ -7,8 +7,10 @@
 #      after the tests that restart the API server: with Kueue's built-in TFJob integration,
 #      then without it (TFJOB_KUEUE_MODE=workload) with tests/e2e/kueue_workload.rs too
 #   5. stop Kueue; swap the TFJob CRD for Kubeflow's own and run the core scenarios
-#      again under it (TFJOB_E2E_CRD=kubeflow; see run_kubeflow_crd_phase), and the
-#      Kueue scenarios without the built-in (Kueue in workload mode)
+#      again under it (TFJOB_E2E_CRD=kubeflow; see run_kubeflow_crd_phase), with the
+#      move from Kubeflow's training-operator and back (tests/e2e/migration.rs; the
+#      training-operator binary built by e2e/peers.sh), and the Kueue scenarios
+#      without the built-in (Kueue in workload mode)
 #   6. the fault-injection suite on a fresh cluster (fault_suite below)
 #   7. tear the cluster down, always (trap), even when a test or step 1/2 failed
 # The exit code is the first failing step's (step 5 runs even when step 4 failed).
@@ -133,6 +135,7 @@ KUBEFLOW_CRD_TESTS=(
   restarting::
   managed_by::
   kubeflow_crd::
+  migration::
 )
 
 # The core scenarios on their own (--core-only): what must hold on every
@@ -142,7 +145,7 @@ KUBEFLOW_CRD_TESTS=(
 # before: no group, the Warning, every Pod placed).
 CORE_TESTS=(smoke:: gang::)
 for f in "${KUBEFLOW_CRD_TESTS[@]}"; do
-  [[ "$f" == kubeflow_crd:: || "$f" == gang::* ]] || CORE_TESTS+=("$f")
+  [[ "$f" == kubeflow_crd:: || "$f" == migration:: || "$f" == gang::* ]] || CORE_TESTS+=("$f")
 done
 
 run_core_phase() {
@@ -153,14 +156,27 @@ run_core_phase() {
   return "$rc"
 }
 
+# Kubeflow's training-operator at the CRD's version, for tests/e2e/migration.rs
+# (moving from it with jobs running, and back): built into the tool cache by
+# e2e/peers.sh when missing (go install from the module proxy: see its
+# header for the cold cost). Prints the binary's path.
+training_operator_bin() {
+  local dir
+  TRAINING_OPERATOR_VERSION="$KUBEFLOW_TRAINING_OPERATOR_VERSION" bash "$E2E_DIR/peers.sh" >&2
+  dir=$(TRAINING_OPERATOR_VERSION="$KUBEFLOW_TRAINING_OPERATOR_VERSION" bash "$E2E_DIR/peers.sh" --dir)
+  echo "$dir/bin/training-operator.v1"
+}
+
 run_kubeflow_crd_phase() {
-  local start=$SECONDS crd
+  local start=$SECONDS crd training_operator
   crd=$(kubeflow_crd_path)
+  # (Called in an `||` list, where set -e is off: statuses checked.)
+  training_operator=$(training_operator_bin) || return
   log "Kubeflow's CRD phase: installing training-operator $KUBEFLOW_TRAINING_OPERATOR_VERSION's TFJob CRD"
   swap_to_kubeflow_crd "$crd"
   log "running the core scenarios under Kubeflow's CRD (${#KUBEFLOW_CRD_TESTS[@]} filters)"
   local rc=0
-  TFJOB_E2E_CRD=kubeflow TFJOB_E2E_KUBEFLOW_CRD="$crd" \
+  TFJOB_E2E_CRD=kubeflow TFJOB_E2E_KUBEFLOW_CRD="$crd" TFJOB_E2E_TRAINING_OPERATOR="$training_operator" \
     cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" "${KUBEFLOW_CRD_TESTS[@]}" || rc=$?
   # Queued jobs without Kueue's built-in, under Kubeflow's CRD (Kueue in
   # workload mode does not install our CRD over it: e2e/kueue.sh).
@@ -268,8 +284,9 @@ main() {
   fi
   log "running the e2e tests (--test-threads=$E2E_TEST_THREADS)"
   # The Jaeger test runs in `make test-observability` (which builds Jaeger).
+  # migration:: runs under Kubeflow's CRD only, in run_kubeflow_crd_phase.
   cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" --skip kueue:: \
-    --skip kueue_workload:: --skip observability::traces:: || rc=$?
+    --skip kueue_workload:: --skip observability::traces:: --skip migration:: || rc=$?
   # Kueue starts only now, for its tests on their own, after the tests that
   # restart the API server: each such restart restarts Kueue too when it runs
   # (e2e/kueue.sh restart), which would only lengthen them.

@@ -22,9 +22,10 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use tfjob_operator::runtime::manager::ManagerConfig;
 
+use crate::cluster::{client, kubectl, run_ok, test_namespace, wait_until};
 use crate::examples::apply_example;
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, kubectl, run_ok, shared_cluster, test_namespace, wait_until};
+use crate::support::shared_cluster;
 
 #[allow(dead_code)] // `main` is the example's; the test calls `manager()`.
 #[path = "../../examples/configmap_controller.rs"]
@@ -225,7 +226,7 @@ async fn every_trace_line_the_docs_show_is_printed_by_the_operator_with_trace_pi
     // Every chapter's trace lines, not only chapter 0's: they all come from
     // this one story (a job applied, running, deleted) and the startup
     // before it. (doc, message, field names)
-    let docs = crate::support::repo_dir().join("docs");
+    let docs = crate::cluster::repo_dir().join("docs");
     let mut shown: Vec<(String, (String, Vec<String>))> = Vec::new();
     for entry in std::fs::read_dir(&docs).expect("docs/") {
         let path = entry.expect("a docs/ entry").path();

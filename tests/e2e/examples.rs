@@ -25,10 +25,10 @@ use tfjob_operator::api::constants::LABEL_JOB_NAME;
 use tfjob_operator::api::types::TFJob;
 use tokio::time::Instant;
 
+use crate::cluster::{client, kubectl, run_ok, test_namespace, wait_until};
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{
-    EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, client, drive_pod_exit, kubectl, run_ok,
-    shared_cluster, test_namespace, wait_until,
+    EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, drive_pod_exit, shared_cluster,
 };
 use crate::support::{condition, wait_condition};
 
@@ -49,7 +49,7 @@ const EXAMPLES: [&str; 6] = [
 const REACT: Duration = Duration::from_secs(60);
 
 pub fn examples_dir() -> PathBuf {
-    crate::support::repo_dir().join("examples")
+    crate::cluster::repo_dir().join("examples")
 }
 
 pub fn example(file: &str) -> PathBuf {

@@ -22,10 +22,9 @@ use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::pod_group::PodGroup;
 use tfjob_operator::api::types::{RestartPolicy, SchedulingPolicy, TFJob};
 
+use crate::cluster::{client, random_suffix, test_namespace, wait_until};
 use crate::operator::{Operator, ensure_crd, http_get};
-use crate::support::{
-    client, drive_pod_exit, kube_minor, random_suffix, shared_cluster, test_namespace, wait_until,
-};
+use crate::support::{drive_pod_exit, kube_minor, shared_cluster};
 
 const SLOW: Duration = Duration::from_secs(90);
 /// The label and taint of a test's own nodes (value: the test's namespace).

@@ -39,12 +39,12 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde::Deserialize;
 use tfjob_operator::api::types::TFJob;
 
+use crate::cluster::{client, cluster_dir, helm, kubectl, run_ok, test_namespace, wait_until};
 use crate::examples::{apply_example, wait_pods_running};
 use crate::operator::{Operator, ensure_crd};
-use crate::support::wait_condition;
 use crate::support::{
-    CHART, EXIT_CODE_ANNOTATION, client, client_with_token, cluster_dir, drive_pod_exit, helm,
-    kube_version, kubectl, random_suffix, run_ok, shared_cluster, test_namespace, wait_until,
+    CHART, EXIT_CODE_ANNOTATION, client_with_token, drive_pod_exit, kube_version, shared_cluster,
+    wait_condition,
 };
 
 mod metrics_auth;
@@ -61,7 +61,7 @@ struct Release {
 impl Release {
     /// `helm install <name> charts/tfjob-operator -n <ns> <args>`.
     fn install(namespace: &str, args: &[&str]) -> Self {
-        let name = format!("e2e-{}", random_suffix());
+        let name = format!("e2e-{}", crate::cluster::random_suffix());
         run_ok(
             helm()
                 .args(["install", &name, CHART.as_str(), "--namespace", namespace])

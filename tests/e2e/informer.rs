@@ -30,7 +30,8 @@ use tfjob_operator::runtime::cache::reflector::list_watch::{ApiListWatch, ListWa
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{self, wait_until};
+use crate::cluster::{self, wait_until};
+use crate::support;
 
 const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -132,8 +133,8 @@ async fn delete_many(api: &Api<ConfigMap>, names: impl IntoIterator<Item = Strin
 #[ignore = "needs the local control plane: make e2e"]
 async fn informer_cache_equals_a_fresh_list_after_heavy_churn() {
     let _cluster = support::shared_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "informer-churn").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "informer-churn").await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
 
     // Some objects exist before the informer starts (the initial list).
@@ -239,8 +240,8 @@ impl ListWatch for Partition {
 #[ignore = "needs the local control plane: make e2e"]
 async fn deletes_made_while_the_watch_was_down_and_etcd_compacted_arrive_as_tombstones() {
     let _cluster = support::exclusive_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "informer-gone").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "informer-gone").await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     create_many(&api, (0..50).map(|i| format!("cm-{i}"))).await;
 
@@ -292,8 +293,8 @@ async fn deletes_made_while_the_watch_was_down_and_etcd_compacted_arrive_as_tomb
 #[ignore = "needs the local control plane: make e2e"]
 async fn the_informer_survives_an_apiserver_restart_without_losing_a_delete() {
     let _cluster = support::exclusive_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "informer-restart").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "informer-restart").await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     create_many(&api, (0..40).map(|i| format!("cm-{i}"))).await;
 
@@ -314,7 +315,7 @@ async fn the_informer_survives_an_apiserver_restart_without_losing_a_delete() {
     // Right after the restart the reflector is still backing off from the
     // refused connections: these deletes happen while its watch is down.
     let deleted: BTreeSet<String> = (0..40).step_by(4).map(|i| format!("cm-{i}")).collect();
-    let api_after: Api<ConfigMap> = Api::namespaced(support::client().await, &ns);
+    let api_after: Api<ConfigMap> = Api::namespaced(cluster::client().await, &ns);
     wait_until(
         "the API server to answer",
         Duration::from_secs(30),
@@ -333,8 +334,8 @@ async fn the_informer_survives_an_apiserver_restart_without_losing_a_delete() {
 #[ignore = "needs the local control plane: make e2e"]
 async fn bookmarks_advance_the_resource_version_without_any_event() {
     let _cluster = support::shared_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "informer-bookmark").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "informer-bookmark").await;
     let factory = InformerFactory::new(client.clone());
     // Secrets, not ConfigMaps: the harness serves ConfigMap watches straight
     // from etcd (no watch cache, so compaction bites at once), and only the
@@ -416,8 +417,8 @@ async fn a_factory_transform_drops_the_field_from_the_cache_only() {
     use tfjob_operator::runtime::cache::reflector::Transform;
 
     let _cluster = support::shared_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "informer-transform").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "informer-transform").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     pods.create(&PostParams::default(), &bare_pod("listed"))

@@ -21,10 +21,9 @@ use serde_json::{Value, json};
 use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::TFJob;
 
+use crate::cluster::{client, test_namespace, wait_until};
 use crate::operator::{CrdFlavor, Operator, crd_flavor, ensure_crd};
-use crate::support::{
-    client, drive_pod_exit, shared_cluster, test_namespace, wait_condition_within, wait_until,
-};
+use crate::support::{drive_pod_exit, shared_cluster, wait_condition_within};
 
 const SLOW: Duration = Duration::from_secs(90);
 const JOB_NAME_LABEL: &str = "training.kubeflow.org/job-name";

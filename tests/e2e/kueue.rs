@@ -40,10 +40,9 @@ use serde_json::{Value, json};
 use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::TFJob;
 
+use crate::cluster::{client, cluster_dir, random_suffix, test_namespace, wait_until};
 use crate::operator::{Operator, ensure_crd, http_get};
-use crate::support::{
-    client, cluster_dir, drive_pod_exit, random_suffix, shared_cluster, test_namespace, wait_until,
-};
+use crate::support::{drive_pod_exit, shared_cluster};
 
 pub(crate) const SLOW: Duration = Duration::from_secs(90);
 const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";

@@ -18,11 +18,10 @@ use kube::api::{Api, ListParams, PostParams};
 use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::TFJob;
 
+use crate::cluster::{client, delete_namespace, kubectl, test_namespace, wait_until};
 use crate::kueue::job_condition_reason;
 use crate::operator::{Operator, ensure_crd, http_get};
-use crate::support::{
-    client, delete_namespace, exclusive_cluster, kubectl, test_namespace, wait_until,
-};
+use crate::support::exclusive_cluster;
 
 /// `kubectl <verb> -f -` with `yaml`; Err(stderr) when it fails.
 fn kubectl_stdin(verb: &[&str], yaml: &str) -> Result<(), String> {

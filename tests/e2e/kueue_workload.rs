@@ -23,11 +23,12 @@ use serde_json::json;
 use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::SchedulingPolicy;
 
+use crate::cluster::wait_until;
 use crate::kueue::{
     Env, SLOW, has_condition, is_running, job_condition, job_condition_reason, kueue_api,
     kueue_running, workload_mode,
 };
-use crate::support::{kube_minor, wait_until};
+use crate::support::kube_minor;
 
 /// Kueue runs in `workload` mode; `None` (the test passes) otherwise, or a
 /// panic when the harness promised it.

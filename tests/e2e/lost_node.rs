@@ -15,26 +15,28 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::{RestartPolicy, TFJob};
 
+use crate::cluster::{client, random_suffix, test_namespace, wait_until};
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, random_suffix, shared_cluster, test_namespace, wait_until};
+use crate::support::shared_cluster;
 
 /// The label `e2e/cluster.sh` tells KWOK to leave alone.
 const LOST_LABEL: &str = "e2e.tfjob-operator.local/lost";
 /// Only this test's Pods tolerate the dedicated node's taint.
-const DEDICATED: &str = "e2e.tfjob-operator.local/dedicated";
+pub(crate) const DEDICATED: &str = "e2e.tfjob-operator.local/dedicated";
 /// Node lease expiry (~40-50 s) + eviction + the operator's wait + a new Pod.
 const NODE_LOSS: Duration = Duration::from_secs(240);
 
 /// A fake node of our own. Deleted at the end of the test; if the test
 /// fails first it stays (tainted, so nothing else lands there) until the
-/// cluster is torn down.
-struct DedicatedNode {
-    api: Api<Node>,
-    name: String,
+/// cluster is torn down. Also used by `migration`, whose Pods tolerate
+/// [`DEDICATED`] with the test's namespace as its value.
+pub(crate) struct DedicatedNode {
+    pub(crate) api: Api<Node>,
+    pub(crate) name: String,
 }
 
 impl DedicatedNode {
-    async fn create(client: &kube::Client, ns: &str) -> Self {
+    pub(crate) async fn create(client: &kube::Client, ns: &str) -> Self {
         let name = format!("lost-{}", random_suffix());
         let node: Node = serde_json::from_value(serde_json::json!({
             "metadata": {
@@ -57,7 +59,7 @@ impl DedicatedNode {
     }
 
     /// Deletes the node; the Pod GC removes Pods still bound to it.
-    async fn delete(self) {
+    pub(crate) async fn delete(self) {
         let _ = self.api.delete(&self.name, &DeleteParams::default()).await;
     }
 

@@ -5,7 +5,7 @@
 //! Every test is `#[ignore = "needs the local control plane: make e2e"]`:
 //! plain `cargo test` lists them as ignored, and `e2e/run-suite.sh` runs them
 //! with `--ignored` against a freshly started local control plane. Tests run
-//! in parallel, each in its own namespace (`support::test_namespace`).
+//! in parallel, each in its own namespace (`cluster::test_namespace`).
 //!
 //! Every test should begin with `let _guard = support::shared_cluster().await;`
 //! (or `exclusive_cluster()` if it restarts the API server or compacts etcd):
@@ -17,6 +17,8 @@
 //! Mirrors: kubernetes/kubernetes `test/e2e/e2e_test.go` (one binary that
 //! imports every suite).
 
+#[path = "../support/cluster.rs"]
+mod cluster;
 mod support;
 
 mod certs;
@@ -32,6 +34,7 @@ mod kueue_workload;
 mod lost_node;
 mod managed_by;
 mod manager;
+mod migration;
 mod multikueue;
 mod observability;
 mod operator;

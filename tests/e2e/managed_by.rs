@@ -17,10 +17,10 @@ use serde_json::json;
 use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::TFJob;
 
+use crate::cluster::{client, helm, kubectl, run_ok, test_namespace, wait_until};
 use crate::operator::{CrdFlavor, Operator, crd_flavor, ensure_crd};
 use crate::support::{
-    CHART, client, drive_pod_exit, helm, kube_version, kubectl, run_ok, shared_cluster,
-    test_namespace, wait_condition_within, wait_until, warnings,
+    CHART, drive_pod_exit, kube_version, shared_cluster, wait_condition_within, warnings,
 };
 
 const SLOW: Duration = Duration::from_secs(90);

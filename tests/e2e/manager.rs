@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{client, random_suffix, test_namespace, wait_until};
+use crate::cluster::{client, random_suffix, test_namespace, wait_until};
 
 /// Short timings (still valid: 6 > 4 > 1.2 × 1) keep the suite quick.
 const LEASE: Duration = Duration::from_secs(6);

@@ -26,12 +26,10 @@ use serde_json::Value;
 use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::{RestartPolicy, TFJob};
 
+use crate::cluster::{client, kubectl, run_ok, test_namespace, wait_until};
 use crate::operator::{Operator, ensure_crd};
 use crate::prometheus::{JOB, Prometheus, RULES, url_encode};
-use crate::support::{
-    EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, client, kubectl, run_ok, shared_cluster,
-    test_namespace, wait_until,
-};
+use crate::support::{EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, shared_cluster};
 
 const SLOW: Duration = Duration::from_secs(90);
 
@@ -470,7 +468,7 @@ fn unix_now() -> u64 {
 /// Draws the dashboard's main panels from `prometheus` over [start, end]
 /// into `dir` (e2e/dashboard/run.sh), and checks every picture was written.
 fn draw_dashboard(prometheus: &Prometheus, dir: &std::path::Path, start: u64, end: u64) {
-    let script = crate::support::repo_dir().join("e2e/dashboard/run.sh");
+    let script = crate::cluster::repo_dir().join("e2e/dashboard/run.sh");
     let written = run_ok(
         std::process::Command::new("bash")
             .arg(script)

@@ -18,10 +18,9 @@ use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::Api;
 use tokio::sync::OnceCell;
 
-use crate::support::{cluster_dir, kubectl, run_ok, wait_until};
+use crate::cluster::{cluster_dir, kubectl, run_ok, wait_crd_established, wait_until};
 
 static CRD_INSTALLED: OnceCell<()> = OnceCell::const_new();
 
@@ -49,7 +48,7 @@ pub fn crd_flavor() -> CrdFlavor {
 fn crd_file() -> PathBuf {
     match crd_flavor() {
         CrdFlavor::Ours => {
-            crate::support::repo_dir().join("crds/kubeflow.org_tfjobs.yaml")
+            crate::cluster::repo_dir().join("crds/kubeflow.org_tfjobs.yaml")
         }
         CrdFlavor::Kubeflow => std::env::var_os("TFJOB_E2E_KUBEFLOW_CRD")
             .map(PathBuf::from)
@@ -89,23 +88,8 @@ pub async fn ensure_crd(client: &Client) {
         .get_or_init(|| async {
             let file = crd_file();
             run_ok(kubectl().args(["apply", "--server-side", "--force-conflicts", "-f"]).arg(&file));
-            let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-            let stored = wait_until(
-                "the TFJob CRD to be Established",
-                Duration::from_secs(30),
-                || async {
-                    let crd = crds.get_opt("tfjobs.kubeflow.org").await.ok().flatten()?;
-                    let established = crd
-                        .status
-                        .as_ref()?
-                        .conditions
-                        .as_ref()?
-                        .iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True");
-                    established.then_some(crd)
-                },
-            )
-            .await;
+            let stored =
+                wait_crd_established(client, "tfjobs.kubeflow.org", Duration::from_secs(30)).await;
             if crd_flavor() == CrdFlavor::Kubeflow {
                 let text = std::fs::read_to_string(&file).expect("the Kubeflow CRD file");
                 let wanted: CustomResourceDefinition =
@@ -122,7 +106,7 @@ pub async fn ensure_crd(client: &Client) {
 }
 
 /// A free loopback port (bound, then released for the operator to take).
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -10,8 +10,9 @@ use kube::api::{Api, ListParams, PostParams};
 use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::TFJob;
 
+use crate::cluster::{client, kubectl, run_ok, test_namespace, wait_until};
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, kubectl, run_ok, shared_cluster, test_namespace, wait_until};
+use crate::support::shared_cluster;
 
 const SLOW: Duration = Duration::from_secs(90);
 /// Every per-type column `-o wide` shows, by the type it reads.

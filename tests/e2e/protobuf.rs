@@ -23,6 +23,7 @@ use tfjob_operator::runtime::cache::object::Object;
 use tfjob_operator::runtime::cache::reflector::list_watch::{ApiListWatch, ListWatch};
 use tfjob_operator::runtime::cache::reflector::raw::RawObject;
 
+use crate::cluster;
 use crate::support;
 
 fn decode<K: Object>(raw: &RawObject) -> K {
@@ -182,8 +183,8 @@ fn rich_pod(name: &str) -> Pod {
 #[ignore = "needs the local control plane: make e2e"]
 async fn protobuf_lists_decode_exactly_like_json() {
     let _guard = support::shared_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "proto").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "proto").await;
     let pp = PostParams::default();
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -250,7 +251,7 @@ async fn protobuf_lists_decode_exactly_like_json() {
     assert!(assert_lists_agree::<Pod>(&client, None).await >= 3);
     assert!(assert_lists_agree::<Endpoints>(&client, None).await >= 1);
     assert!(assert_lists_agree::<Event>(&client, None).await >= 1);
-    support::delete_namespace(&client, &ns).await;
+    cluster::delete_namespace(&client, &ns).await;
 }
 
 /// The first `n` events of a watch from `rv`, decoded.
@@ -276,8 +277,8 @@ async fn first_events<K: Object>(lw: &ApiListWatch, rv: &str, n: usize) -> Vec<(
 #[ignore = "needs the local control plane: make e2e"]
 async fn protobuf_watch_events_decode_exactly_like_json() {
     let _guard = support::shared_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "proto-watch").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "proto-watch").await;
     let lw = ApiListWatch::new::<Pod>(client.clone(), Some(&ns));
     let start = lw
         .list(&ListParams::default())
@@ -329,7 +330,7 @@ async fn protobuf_watch_events_decode_exactly_like_json() {
     )
     .await
     .expect("drop the finalizer");
-    support::delete_namespace(&client, &ns).await;
+    cluster::delete_namespace(&client, &ns).await;
 }
 
 #[tokio::test]
@@ -338,8 +339,8 @@ async fn a_server_answering_json_to_a_protobuf_request_is_read_as_json() {
     use tfjob_operator::api::types::TFJob;
     use tfjob_operator::runtime::client::protobuf::schema::{Message, ProtobufKind};
     let _guard = support::shared_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "proto-json").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "proto-json").await;
     // Custom resources exist only in JSON: asked for protobuf, the server
     // answers JSON, and both the list and the watch must still read it.
     let table: &'static Message = <Pod as ProtobufKind>::MESSAGE;
@@ -362,5 +363,5 @@ async fn a_server_answering_json_to_a_protobuf_request_is_read_as_json() {
     let events: Vec<(String, TFJob)> = first_events(&lw, "0", 1).await;
     assert_eq!(events[0].0, "ADDED");
     assert_eq!(events[0].1.metadata.name.as_deref(), Some("j"));
-    support::delete_namespace(&client, &ns).await;
+    cluster::delete_namespace(&client, &ns).await;
 }

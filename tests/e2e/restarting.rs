@@ -15,8 +15,9 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::{RestartPolicy, TFJob};
 
+use crate::cluster::{client, kubectl, test_namespace, wait_until};
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, drive_pod_exit, kubectl, shared_cluster, test_namespace, wait_until};
+use crate::support::{drive_pod_exit, shared_cluster};
 
 const SLOW: Duration = Duration::from_secs(90);
 const GATE: &str = "e2e.tfjob-operator.local/restart-gate";

@@ -4,8 +4,9 @@
 //! TFJob through `TrainingClient`.
 use std::process::Command;
 
+use crate::cluster::{client, cluster_dir, test_namespace};
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, cluster_dir, shared_cluster, test_namespace};
+use crate::support::shared_cluster;
 
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
@@ -19,7 +20,7 @@ async fn kubeflow_python_sdk_drives_a_job_end_to_end() {
     let kubeconfig = cluster_dir().join("kubeconfig");
     let out = tokio::task::spawn_blocking(move || {
         Command::new("bash")
-            .arg(crate::support::repo_dir().join("e2e/sdk/run.sh"))
+            .arg(crate::cluster::repo_dir().join("e2e/sdk/run.sh"))
             .arg(kubeconfig)
             .arg(&ns)
             .output()

@@ -18,7 +18,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Client, Resource};
 
-use crate::support::{self, HELM_VERSION, wait_until};
+use crate::cluster::{self, wait_until};
+use crate::support::{self, HELM_VERSION};
 
 const RUNNING_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -98,7 +99,7 @@ fn container_status<'a>(
 #[ignore = "needs the local control plane: make e2e"]
 async fn api_server_reports_the_pinned_version() {
     let _guard = support::shared_cluster().await;
-    let client = support::client().await;
+    let client = cluster::client().await;
     let info = client.apiserver_version().await.expect("/version answers");
     assert_eq!(info.git_version, support::kube_version());
     let minor = support::kube_version()
@@ -112,11 +113,11 @@ async fn api_server_reports_the_pinned_version() {
 #[ignore = "needs the local control plane: make e2e"]
 async fn harness_kubectl_and_helm_are_the_pinned_versions() {
     let _guard = support::shared_cluster().await;
-    let kubectl = support::run_ok(support::kubectl().args(["version", "-o", "json"]));
+    let kubectl = cluster::run_ok(cluster::kubectl().args(["version", "-o", "json"]));
     let v: serde_json::Value = serde_json::from_str(&kubectl).expect("kubectl version is JSON");
     assert_eq!(v["clientVersion"]["gitVersion"], support::kube_version());
     assert_eq!(v["serverVersion"]["gitVersion"], support::kube_version());
-    let helm = support::run_ok(support::helm().args(["version", "--short"]));
+    let helm = cluster::run_ok(cluster::helm().args(["version", "--short"]));
     assert!(helm.starts_with(HELM_VERSION), "helm says {helm}");
 }
 
@@ -124,8 +125,8 @@ async fn harness_kubectl_and_helm_are_the_pinned_versions() {
 #[ignore = "needs the local control plane: make e2e"]
 async fn owned_pod_is_scheduled_onto_a_fake_node_and_becomes_running() {
     let _guard = support::shared_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "smoke-run").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "smoke-run").await;
     let owner = create_owner(&client, &ns).await;
     create_owned_pod(&client, &ns, "worker-0", &owner, "Never").await;
 
@@ -146,8 +147,8 @@ async fn owned_pod_is_scheduled_onto_a_fake_node_and_becomes_running() {
 #[ignore = "needs the local control plane: make e2e"]
 async fn pod_driven_to_exit_137_fails_with_that_exit_code_on_the_named_container() {
     let _guard = support::shared_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "smoke-fail").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "smoke-fail").await;
     let owner = create_owner(&client, &ns).await;
     create_owned_pod(&client, &ns, "worker-0", &owner, "Never").await;
     wait_running(&client, &ns, "worker-0").await;
@@ -175,8 +176,8 @@ async fn pod_driven_to_exit_137_fails_with_that_exit_code_on_the_named_container
 #[ignore = "needs the local control plane: make e2e"]
 async fn pod_driven_to_exit_0_succeeds() {
     let _guard = support::shared_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "smoke-ok").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "smoke-ok").await;
     let owner = create_owner(&client, &ns).await;
     create_owned_pod(&client, &ns, "chief-0", &owner, "OnFailure").await;
     wait_running(&client, &ns, "chief-0").await;
@@ -205,8 +206,8 @@ async fn pod_driven_to_exit_0_succeeds() {
 #[ignore = "needs the local control plane: make e2e"]
 async fn non_zero_exit_under_on_failure_restarts_the_container_in_place() {
     let _guard = support::shared_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "smoke-restart").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "smoke-restart").await;
     let owner = create_owner(&client, &ns).await;
     create_owned_pod(&client, &ns, "worker-0", &owner, "OnFailure").await;
     wait_running(&client, &ns, "worker-0").await;
@@ -244,8 +245,8 @@ async fn non_zero_exit_under_on_failure_restarts_the_container_in_place() {
 #[ignore = "needs the local control plane: make e2e"]
 async fn deleting_the_owner_garbage_collects_the_owned_pod() {
     let _guard = support::shared_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "smoke-gc").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "smoke-gc").await;
     let owner = create_owner(&client, &ns).await;
     create_owned_pod(&client, &ns, "worker-0", &owner, "Never").await;
     wait_running(&client, &ns, "worker-0").await;
@@ -268,8 +269,8 @@ async fn deleting_the_owner_garbage_collects_the_owned_pod() {
 #[ignore = "needs the local control plane: make e2e"]
 async fn deleted_pod_finishes_terminating() {
     let _guard = support::shared_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "smoke-delete").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "smoke-delete").await;
     let owner = create_owner(&client, &ns).await;
     create_owned_pod(&client, &ns, "worker-0", &owner, "Never").await;
     wait_running(&client, &ns, "worker-0").await;
@@ -289,8 +290,8 @@ async fn deleted_pod_finishes_terminating() {
 #[ignore = "needs the local control plane: make e2e"]
 async fn service_account_without_bindings_is_forbidden_to_list_pods() {
     let _guard = support::shared_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "smoke-rbac").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "smoke-rbac").await;
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
     let sa: ServiceAccount =
         serde_json::from_value(serde_json::json!({ "metadata": { "name": "nobody" } }))
@@ -331,8 +332,8 @@ async fn service_account_without_bindings_is_forbidden_to_list_pods() {
 async fn etcd_compaction_makes_watches_from_older_versions_expire() {
     // Compaction expires every open watch's resourceVersion: exclusive.
     let _guard = support::exclusive_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "smoke-compact").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "smoke-compact").await;
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let old_version = maps
         .list(&ListParams::default())
@@ -374,8 +375,8 @@ async fn etcd_compaction_makes_watches_from_older_versions_expire() {
 async fn api_server_restart_keeps_the_data_and_expires_compacted_versions_of_cached_kinds() {
     // Restarting the API server interrupts everyone: exclusive.
     let _guard = support::exclusive_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "smoke-restart-api").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "smoke-restart-api").await;
     let owner = create_owner(&client, &ns).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let old_version = pods
@@ -385,13 +386,13 @@ async fn api_server_restart_keeps_the_data_and_expires_compacted_versions_of_cac
         .metadata
         .resource_version
         .expect("a list has a resourceVersion");
-    let url_before = support::cluster_env("KUBE_APISERVER_URL");
+    let url_before = cluster::cluster_env("KUBE_APISERVER_URL");
 
     support::compact_etcd(&client).await;
     support::restart_apiserver_async().await;
 
     // Same port (the env file still points at it), same data (the owner survived).
-    assert_eq!(support::cluster_env("KUBE_APISERVER_URL"), url_before);
+    assert_eq!(cluster::cluster_env("KUBE_APISERVER_URL"), url_before);
     let owners: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let survived = owners
         .get("owner")
@@ -418,9 +419,9 @@ async fn api_server_restart_keeps_the_data_and_expires_compacted_versions_of_cac
 #[ignore = "needs the local control plane: make e2e"]
 async fn harness_helm_installs_and_uninstalls_a_chart() {
     let _guard = support::shared_cluster().await;
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "smoke-helm").await;
-    let chart = std::env::temp_dir().join(format!("tfjob-e2e-chart-{}", support::random_suffix()));
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "smoke-helm").await;
+    let chart = std::env::temp_dir().join(format!("tfjob-e2e-chart-{}", cluster::random_suffix()));
     std::fs::create_dir_all(chart.join("templates")).expect("a temp chart dir");
     std::fs::write(
         chart.join("Chart.yaml"),
@@ -434,8 +435,8 @@ async fn harness_helm_installs_and_uninstalls_a_chart() {
     )
     .expect("a template");
 
-    support::run_ok(
-        support::helm()
+    cluster::run_ok(
+        cluster::helm()
             .args(["install", "smoke"])
             .arg(&chart)
             .args(["-n", &ns, "--wait"]),
@@ -448,7 +449,7 @@ async fn harness_helm_installs_and_uninstalls_a_chart() {
     // Helm asked the server for its version: the chart saw the real one.
     let seen = cm.data.unwrap_or_default().remove("kubeVersion");
     assert_eq!(seen.as_deref(), Some(support::kube_version()));
-    support::run_ok(support::helm().args(["uninstall", "smoke", "-n", &ns, "--wait"]));
+    cluster::run_ok(cluster::helm().args(["uninstall", "smoke", "-n", &ns, "--wait"]));
     assert!(maps.get_opt("smoke-cm").await.expect("a get").is_none());
     std::fs::remove_dir_all(&chart).ok();
 }

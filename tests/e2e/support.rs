@@ -1,34 +1,33 @@
-//! Helpers every end-to-end test uses to talk to the local control plane that
+//! Helpers only the end-to-end suite needs, on the local control plane that
 //! `e2e/cluster.sh up` started (real etcd, kube-apiserver, kube-controller-manager,
-//! kube-scheduler; KWOK as the kubelet).
+//! kube-scheduler; KWOK as the kubelet): the pinned versions, KWOK's exits,
+//! etcd compaction and API server restarts with the lock that keeps parallel
+//! tests out of their way, TFJob conditions. What every test crate needs
+//! (client, kubectl, namespaces, `wait_until`) is in `crate::cluster`
+//! (`tests/support/cluster.rs`, shared with `tests/real`).
 //!
 //! What this must never do: start or stop the whole cluster (that is
-//! `e2e/run-suite.sh`'s job, once per suite), touch objects outside the test's
-//! own namespace except the few cluster-wide things a helper documents, or fall
-//! back to a cluster it was not pointed at: without `.cluster/kubeconfig` (or
-//! `KUBECONFIG`) it panics with the command to run.
+//! `e2e/run-suite.sh`'s job, once per suite), or touch objects outside the
+//! test's own namespace except the few cluster-wide things a helper documents.
 //!
-//! Mirrors: the `test/e2e/framework` helpers of kubernetes/kubernetes
-//! (`CreateTestingNS`, `wait.PollUntilContextTimeout`) and envtest's
-//! kubeconfig plumbing in controller-runtime (`pkg/envtest`).
+//! Mirrors: the `test/e2e/framework` helpers of kubernetes/kubernetes.
 
 #![allow(dead_code)] // Each test module uses a different subset.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::io::{Read, Write};
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tfjob_operator::api::types::TFJob;
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
+
+use crate::cluster::{cluster_env, harness, kubeconfig_path, random_suffix, repo_dir, wait_until};
 
 /// The default Kubernetes version: `KUBE_VERSION=${KUBE_VERSION:-<default>}`
 /// in `e2e/versions.env` (an environment `KUBE_VERSION` picks another).
@@ -41,17 +40,6 @@ pub const EXIT_CODE_ANNOTATION: &str = "e2e.tfjob-operator.local/exit-code";
 pub const EXIT_CONTAINER_ANNOTATION: &str = "e2e.tfjob-operator.local/exit-container";
 pub const EXIT_REASON_ANNOTATION: &str = "e2e.tfjob-operator.local/exit-reason";
 
-/// The checkout this runs from. Cargo sets `CARGO_MANIFEST_DIR` when it runs
-/// a test or bench as when it compiles one, and the run-time value is the one
-/// to trust: a target directory shared by two checkouts (CI's clone and a
-/// developer's) can hold a binary compiled in the other one, which cargo
-/// reuses when the sources are older than it, with the other path inside.
-pub fn repo_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-}
-
 /// `rel` under [`repo_dir`], as a string for command lines.
 pub fn repo_file(rel: &str) -> String {
     repo_dir().join(rel).display().to_string()
@@ -62,7 +50,6 @@ pub static CHART: LazyLock<String> = LazyLock::new(|| repo_file("charts/tfjob-op
 
 /// How long `drive_pod_exit` waits for KWOK to act.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(30);
-const POLL_EVERY: Duration = Duration::from_millis(200);
 
 const VERSIONS_ENV: &str = include_str!("../../e2e/versions.env");
 
@@ -137,65 +124,6 @@ pub fn kube_minor() -> u32 {
         .unwrap_or_else(|| panic!("KUBE_VERSION {} is not like v1.37.2", kube_version()))
 }
 
-/// The cluster state directory: `$TFJOB_CLUSTER_DIR`, default `<repo>/.cluster`.
-pub fn cluster_dir() -> PathBuf {
-    std::env::var_os("TFJOB_CLUSTER_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_dir().join(".cluster"))
-}
-
-/// A value the harness exported in `<cluster dir>/env` (`ETCD_URL`,
-/// `KUBE_APISERVER_URL`, ...); the process environment wins when set.
-pub fn cluster_env(key: &str) -> Option<String> {
-    if let Ok(v) = std::env::var(key) {
-        return Some(v);
-    }
-    let text = std::fs::read_to_string(cluster_dir().join("env")).ok()?;
-    text.lines()
-        .filter_map(|l| l.strip_prefix("export "))
-        .filter_map(|l| l.split_once('='))
-        .find(|(k, _)| *k == key)
-        .map(|(_, v)| v.to_string())
-}
-
-/// The directory of the harness-built kubectl, helm, kwok, etcd (first on the
-/// `PATH` line of the env file). Never the machine's own `/usr/bin/kubectl`.
-pub fn bin_dir() -> PathBuf {
-    let text = std::fs::read_to_string(cluster_dir().join("env"))
-        .unwrap_or_else(|e| panic!("no local cluster ({e}): run `make cluster-up`"));
-    text.lines()
-        .find_map(|l| l.strip_prefix("export PATH="))
-        .and_then(|p| p.split(':').next())
-        .map(PathBuf::from)
-        .expect("the cluster env file has no PATH line")
-}
-
-fn kubeconfig_path() -> PathBuf {
-    let own = cluster_dir().join("kubeconfig");
-    if own.exists() {
-        return own;
-    }
-    match std::env::var_os("KUBECONFIG") {
-        Some(p) => PathBuf::from(p),
-        None => panic!(
-            "no kubeconfig at {} and KUBECONFIG is unset: run `make cluster-up` (or `make e2e`)",
-            own.display()
-        ),
-    }
-}
-
-/// A client for the admin user of the local cluster
-/// (`$TFJOB_CLUSTER_DIR/kubeconfig`, else `KUBECONFIG`).
-pub async fn client() -> Client {
-    let path = kubeconfig_path();
-    let kubeconfig = Kubeconfig::read_from(&path)
-        .unwrap_or_else(|e| panic!("failed to read {}: {e}", path.display()));
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("failed to load {}: {e}", path.display()));
-    Client::try_from(config).expect("failed to build a kube client")
-}
-
 /// A client that authenticates with a bearer `token` instead of the admin
 /// certificate (same server, same CA): e.g. a ServiceAccount's token.
 pub async fn client_with_token(token: &str) -> Client {
@@ -211,101 +139,6 @@ pub async fn client_with_token(token: &str) -> Client {
         .await
         .expect("failed to build a token config");
     Client::try_from(config).expect("failed to build a kube client")
-}
-
-/// The harness-built kubectl, already pointed at the cluster's kubeconfig.
-pub fn kubectl() -> Command {
-    let mut cmd = Command::new(bin_dir().join("kubectl"));
-    cmd.env("KUBECONFIG", kubeconfig_path());
-    cmd
-}
-
-/// The harness-built helm, already pointed at the cluster's kubeconfig.
-pub fn helm() -> Command {
-    let mut cmd = Command::new(bin_dir().join("helm"));
-    cmd.env("KUBECONFIG", kubeconfig_path());
-    cmd
-}
-
-/// Runs a command and returns its stdout; panics with stderr when it fails.
-pub fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("failed to run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A lowercase random suffix for names that must not collide across tests.
-pub fn random_suffix() -> String {
-    use rand::Rng;
-    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    let mut rng = rand::rng();
-    (0..6)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
-}
-
-/// Creates a fresh namespace `<prefix>-<random>` and returns its name. Waits
-/// for its `default` ServiceAccount (made by kube-controller-manager): until
-/// it exists the API server refuses Pods in the namespace.
-pub async fn test_namespace(client: &Client, prefix: &str) -> String {
-    let name = format!("{prefix}-{}", random_suffix());
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(serde_json::json!({
-        "metadata": { "name": name, "labels": { "tfjob-operator.e2e/test-namespace": "true" } }
-    }))
-    .expect("a valid Namespace");
-    namespaces
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap_or_else(|e| panic!("failed to create namespace {name}: {e}"));
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
-    wait_until(
-        &format!("the default ServiceAccount in {name}"),
-        Duration::from_secs(30),
-        || async { accounts.get_opt("default").await.ok().flatten() },
-    )
-    .await;
-    name
-}
-
-/// Deletes a test namespace (and so everything in it) without waiting for the
-/// namespace controller to finish. Optional: the suite's cluster is thrown
-/// away afterwards; useful for tests that create many objects.
-pub async fn delete_namespace(client: &Client, name: &str) {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    match namespaces.delete(name, &Default::default()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 404 => {}
-        Err(e) => panic!("failed to delete namespace {name}: {e}"),
-    }
-}
-
-/// Polls `f` every 200 ms until it returns `Some`, and returns that value.
-/// Panics with `what` and the timeout when the deadline passes. Errors belong
-/// inside `f` (return `None` to poll again), so a transient API error during,
-/// say, an API server restart does not fail the test.
-pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(POLL_EVERY).await;
-    }
 }
 
 /// Makes KWOK end the named container (or every container when `None`) with
@@ -545,13 +378,10 @@ fn dechunk(mut body: &str) -> String {
 /// [`restart_apiserver_async`]. Hold [`exclusive_cluster`] around it when other
 /// tests must not see the outage.
 pub fn restart_apiserver() {
-    let script = repo_dir().join("e2e/cluster.sh");
-    let out = Command::new("bash")
-        .arg(&script)
+    let out = harness("e2e/cluster.sh")
         .args(["restart", "apiserver"])
-        .env("TFJOB_CLUSTER_DIR", cluster_dir())
         .output()
-        .unwrap_or_else(|e| panic!("failed to run {}: {e}", script.display()));
+        .unwrap_or_else(|e| panic!("failed to run e2e/cluster.sh: {e}"));
     assert!(
         out.status.success(),
         "restarting the API server failed: {}",

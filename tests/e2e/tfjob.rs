@@ -14,10 +14,10 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::{CleanPodPolicy, RestartPolicy, TFJob};
 
+use crate::cluster::{client, kubectl, test_namespace, wait_until};
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{
-    EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, client, drive_pod_exit, kubectl,
-    shared_cluster, test_namespace, wait_until,
+    EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, drive_pod_exit, shared_cluster,
 };
 
 const SLOW: Duration = Duration::from_secs(90);

@@ -18,9 +18,10 @@ use std::time::Duration;
 
 use tfjob_operator::observability::trace_ui::page_fingerprint;
 
+use crate::cluster::{client, cluster_dir, test_namespace, wait_until};
 use crate::examples::apply_example;
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, cluster_dir, shared_cluster, test_namespace, wait_until};
+use crate::support::shared_cluster;
 
 const REACT: Duration = Duration::from_secs(60);
 
@@ -131,7 +132,7 @@ async fn the_trace_ui_shows_a_new_job_passing_every_box_in_order_in_a_real_brows
     let job_key = format!("{ns}/tfjob-simple");
     let row = format!("document.querySelector('tr[data-key=\"{job_key}\"]')");
     let until = format!("{row} && {row}.dataset.trail.split(' ').includes('write')");
-    let script = crate::support::repo_dir()
+    let script = crate::cluster::repo_dir()
         .join("e2e/trace_ui_browser.py")
         .display()
         .to_string();

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use jiff::Timestamp;
 use serde_json::Value;
 
-use crate::support::cluster_dir;
+use crate::cluster::cluster_dir;
 
 #[derive(Clone, Debug)]
 pub struct AuditEvent {

@@ -47,11 +47,11 @@ use rand::Rng;
 use tokio::sync::mpsc;
 
 use crate::audit::{self, AuditEvent};
+use crate::cluster::{client, test_namespace};
 use crate::harness::{Cleanup, apiserver_addr, full, identity, report, rng, rounds};
 use crate::observer::{Observer, Seen};
 use crate::operator::{Operator, ensure_crd};
 use crate::proxy::FaultProxy;
-use crate::support::{client, test_namespace};
 use crate::workload::{self, Script, end_states};
 
 /// Latency the fault proxy adds to every byte the operator sends.

@@ -19,13 +19,13 @@ use kube::api::Api;
 use tfjob_operator::api::fixtures::TfJobFixture;
 
 use crate::audit::{self, AuditEvent};
+use crate::cluster::{client, test_namespace, wait_until};
 use crate::harness::{
     Cleanup, apiserver_addr, create_job, error_lines, full, identity, metric, percentile, pods,
     report, rounds,
 };
 use crate::observer::Observer;
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, test_namespace, wait_until};
 
 const LEASE: &str = "tfjob-operator-leader";
 /// leaseDuration + retryPeriod at the 15/10/2 defaults, which are the chart's

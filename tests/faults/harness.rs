@@ -20,11 +20,9 @@ use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::TFJob;
 use tokio::sync::OnceCell;
 
+use crate::cluster::{cluster_dir, cluster_env, kubectl, run_ok, wait_until};
 use crate::operator::Operator;
-use crate::support::{
-    EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, cluster_dir, cluster_env, kubectl, run_ok,
-    wait_until,
-};
+use crate::support::{EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION};
 
 /// The group every operator identity of this suite is in: the audit policy
 /// logs all of its requests, and one ClusterRoleBinding makes it cluster-admin.

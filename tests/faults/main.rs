@@ -18,6 +18,9 @@
 //! Mirrors: kubernetes/kubernetes `test/e2e/apimachinery` chaos tests and
 //! etcd's functional tester, in miniature.
 
+#[path = "../support/cluster.rs"]
+mod cluster;
+
 #[path = "../e2e/support.rs"]
 mod support;
 

@@ -8,9 +8,9 @@
 //! lists them); they fail here until the CRD refuses them.
 use serde_json::{Value, json};
 
+use crate::cluster::{client, test_namespace};
 use crate::harness::{kubectl_stdin, report};
 use crate::operator::ensure_crd;
-use crate::support::{client, test_namespace};
 
 struct Case {
     what: &'static str,

@@ -18,13 +18,13 @@ use kube::api::ListParams;
 use tfjob_operator::api::fixtures::TfJobFixture;
 
 use crate::audit::{self, AuditEvent};
+use crate::cluster::{client, cluster_dir, test_namespace, wait_until};
 use crate::harness::{
     Cleanup, Supervised, apiserver_addr, apply_yaml, create_job, full, identity, jobs,
     kubectl_stdin, pods, report, running,
 };
 use crate::observer::Observer;
 use crate::operator::ensure_crd;
-use crate::support::{client, cluster_dir, test_namespace, wait_until};
 
 /// Five jobs of three Pods: a backing-off operator retries each a few times a
 /// second at most once its per-item backoff has grown; a hot loop would keep
@@ -335,7 +335,7 @@ async fn after_etcd_is_sigstopped_the_operator_recovers_with_nothing_duplicated(
     } else {
         Duration::from_secs(10)
     };
-    crate::support::run_ok(std::process::Command::new("kill").args(["-STOP", &pid]));
+    crate::cluster::run_ok(std::process::Command::new("kill").args(["-STOP", &pid]));
     let stopped = Instant::now();
     // A user acts during the outage; the request hangs until etcd is back.
     let creating = {
@@ -357,7 +357,7 @@ async fn after_etcd_is_sigstopped_the_operator_recovers_with_nothing_duplicated(
         op.keep_alive();
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    crate::support::run_ok(std::process::Command::new("kill").args(["-CONT", &pid]));
+    crate::cluster::run_ok(std::process::Command::new("kill").args(["-CONT", &pid]));
     let created = creating.await.unwrap_or(false);
     if !created {
         // Timed out against the stopped etcd: the user retries.

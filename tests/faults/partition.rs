@@ -25,11 +25,12 @@ use kube::{Client, ResourceExt};
 use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::RestartPolicy;
 
+use crate::cluster::{client, test_namespace};
 use crate::harness::{Cleanup, Supervised, create_job, identity, jobs, report, running};
 use crate::observer::Observer;
 use crate::operator::ensure_crd;
 use crate::proxy::FaultProxy;
-use crate::support::{client, compact_etcd, test_namespace};
+use crate::support::compact_etcd;
 
 const IDLE_JOBS: usize = 12;
 const LABEL_JOB: &str = "training.kubeflow.org/job-name";
@@ -257,12 +258,12 @@ async fn network_faults(all_namespaces: bool) {
     let restarts_before = op.restarts;
     let log_from = op.log_mark();
     compact_etcd(&client).await;
-    let script = crate::support::repo_dir()
+    let script = crate::cluster::repo_dir()
         .join("e2e/cluster.sh")
         .display()
         .to_string();
     tokio::task::spawn_blocking(move || {
-        crate::support::run_ok(std::process::Command::new("bash").args([
+        crate::cluster::run_ok(std::process::Command::new("bash").args([
             script.as_str(),
             "restart",
             "apiserver",

@@ -30,12 +30,12 @@ use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::{RestartPolicy, TFJob};
 
 use crate::audit;
+use crate::cluster::{client, test_namespace};
 use crate::harness::{Cleanup, Supervised, create_job, full, identity, jobs, report};
 use crate::observer::Observer;
 use crate::operator::ensure_crd;
 use crate::partition::{consistent, converge};
 use crate::proxy::{FaultProxy, Mode};
-use crate::support::{client, test_namespace};
 
 const JOBS: usize = 8;
 /// From the heal to a converged cluster: the lease duration (15 s) plus the

@@ -18,12 +18,12 @@ use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::RestartPolicy;
 
 use crate::audit::{self, AuditEvent};
+use crate::cluster::{client, test_namespace, wait_until};
 use crate::harness::{
     Cleanup, apiserver_addr, create_job, end_pod, has_condition, identity, jobs, pods, report,
     running,
 };
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, test_namespace, wait_until};
 
 const USER: &str = "fault-op-requests";
 const SLOW: Duration = Duration::from_secs(120);

@@ -15,12 +15,13 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use tfjob_operator::api::fixtures::TfJobFixture;
 
 use crate::audit;
+use crate::cluster::{client, test_namespace};
 use crate::harness::{
     Cleanup, apiserver_addr, error_lines, finished, identity, jobs, metric, report, running,
 };
 use crate::observer::Observer;
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, client, test_namespace};
+use crate::support::{EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION};
 
 fn jobs_count() -> usize {
     std::env::var("FAULT_SCALE_JOBS")

@@ -22,11 +22,11 @@ use kube::api::{Api, ListParams};
 use serde_yaml::Value;
 use tfjob_operator::api::fixtures::TfJobFixture;
 
+use crate::cluster::{client, kubectl, run_ok, test_namespace, wait_until};
 use crate::harness::{
     Cleanup, apiserver_addr, create_job, identity, kubectl_stdin, metric, report, running,
 };
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, kubectl, run_ok, test_namespace, wait_until};
 
 static CRD: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| crate::support::repo_file("crds/kubeflow.org_tfjobs.yaml"));

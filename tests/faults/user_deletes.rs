@@ -26,12 +26,12 @@ use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::RestartPolicy;
 
 use crate::audit;
+use crate::cluster::{client, delete_namespace, test_namespace, wait_until};
 use crate::harness::{
     Cleanup, apiserver_addr, create_job, error_lines, full, identity, jobs, metric, report, running,
 };
 use crate::observer::Observer;
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, delete_namespace, test_namespace, wait_until};
 
 const LABEL_JOB: &str = "training.kubeflow.org/job-name";
 const SLOW: Duration = Duration::from_secs(90);

@@ -25,6 +25,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use tfjob_operator::api::types::TFJob;
 
+use crate::cluster;
 use crate::support::{self, NODE_LABEL, NODE_NAME, POD_PREFIX};
 
 const RELEASE: &str = "op";
@@ -128,7 +129,7 @@ fn condition_true(job: &TFJob, kind: &str) -> bool {
 }
 
 async fn wait_job(jobs: &Api<TFJob>, name: &str, kind: &str) {
-    support::wait_until(&format!("TFJob {name} {kind}"), STEP_TIMEOUT, || async {
+    cluster::wait_until(&format!("TFJob {name} {kind}"), STEP_TIMEOUT, || async {
         let job = jobs.get_opt(name).await.ok().flatten()?;
         assert!(
             !condition_true(&job, "Failed"),
@@ -142,7 +143,7 @@ async fn wait_job(jobs: &Api<TFJob>, name: &str, kind: &str) {
 
 /// The operator's Pods, when `want` of them are Ready on the real node.
 async fn ready_operator_pods(pods: &Api<Pod>, want: usize) -> Vec<Pod> {
-    support::wait_until(
+    cluster::wait_until(
         &format!("{want} Ready operator Pods"),
         STEP_TIMEOUT,
         || async {
@@ -172,7 +173,7 @@ async fn ready_operator_pods(pods: &Api<Pod>, want: usize) -> Vec<Pod> {
 /// The leader's Pod name, from the election Lease's holder identity.
 async fn leader(leases: &Api<Lease>) -> String {
     let lease_name = format!("{RELEASE}-tfjob-operator-leader");
-    support::wait_until("a leader", STEP_TIMEOUT, || async {
+    cluster::wait_until("a leader", STEP_TIMEOUT, || async {
         let lease = leases.get_opt(&lease_name).await.ok().flatten()?;
         lease.spec?.holder_identity.filter(|h| !h.is_empty())
     })
@@ -183,7 +184,7 @@ async fn leader(leases: &Api<Lease>) -> String {
 /// Service and returns its output: the status codes without and with the token.
 async fn scrape(client: &Client, jobs_ns: &str, url: &str) -> String {
     let pods: Api<Pod> = Api::namespaced(client.clone(), jobs_ns);
-    let name = format!("scrape-{}", support::random_suffix());
+    let name = format!("scrape-{}", cluster::random_suffix());
     let script = format!(
         "token=$(cat /var/run/secrets/kubernetes.io/serviceaccount/token); \
          for i in $(seq 60); do \
@@ -216,14 +217,14 @@ async fn scrape(client: &Client, jobs_ns: &str, url: &str) -> String {
 #[ignore = "needs a real node: make test-real"]
 async fn the_chart_runs_the_operator_from_its_image_on_the_real_node() {
     let steps = Steps(Instant::now());
-    let client = support::client().await;
-    let op_ns = support::namespace_with_labels(
+    let client = cluster::client().await;
+    let op_ns = cluster::namespace_with_labels(
         &client,
         "real-chart",
         serde_json::json!({ "pod-security.kubernetes.io/enforce": "restricted" }),
     )
     .await;
-    let jobs_ns = support::test_namespace(&client, "real-jobs").await;
+    let jobs_ns = cluster::test_namespace(&client, "real-jobs").await;
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &jobs_ns);
     let scraper: ServiceAccount =
         serde_json::from_value(serde_json::json!({ "metadata": { "name": "scraper" } }))
@@ -237,9 +238,9 @@ async fn the_chart_runs_the_operator_from_its_image_on_the_real_node() {
         "helm install {RELEASE} into {op_ns} (restricted), two replicas, image {}",
         support::image("operator")
     ));
-    let mut install = support::helm();
+    let mut install = cluster::helm();
     install
-        .current_dir(support::repo_dir())
+        .current_dir(cluster::repo_dir())
         .args([
             "install",
             RELEASE,
@@ -252,7 +253,7 @@ async fn the_chart_runs_the_operator_from_its_image_on_the_real_node() {
             "5m",
         ])
         .args(release_args(&jobs_ns));
-    support::run_ok(&mut install);
+    cluster::run_ok(&mut install);
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &op_ns);
     let operators = ready_operator_pods(&pods, 2).await;
@@ -322,7 +323,7 @@ async fn the_chart_runs_the_operator_from_its_image_on_the_real_node() {
     );
     steps.say("TFJob first Succeeded, its Worker ran for real with our TF_CONFIG");
 
-    let mut test = support::helm();
+    let mut test = cluster::helm();
     test.args([
         "test",
         RELEASE,
@@ -332,7 +333,7 @@ async fn the_chart_runs_the_operator_from_its_image_on_the_real_node() {
         "--timeout",
         "5m",
     ]);
-    let out = support::run_ok(&mut test);
+    let out = cluster::run_ok(&mut test);
     assert!(
         out.contains("refuses a request without a token"),
         "helm test: {out}"
@@ -366,7 +367,7 @@ async fn the_chart_runs_the_operator_from_its_image_on_the_real_node() {
     pods.delete(&leader_pod, &DeleteParams::default())
         .await
         .expect("delete the leader Pod");
-    let second_leader = support::wait_until(
+    let second_leader = cluster::wait_until(
         "another replica to take the Lease",
         STEP_TIMEOUT,
         || async {
@@ -395,9 +396,9 @@ async fn the_chart_runs_the_operator_from_its_image_on_the_real_node() {
     wait_job(&jobs, "through-upgrade", "Running").await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &op_ns);
     let before = ready_operator_pods(&pods, 2).await;
-    let mut upgrade = support::helm();
+    let mut upgrade = cluster::helm();
     upgrade
-        .current_dir(support::repo_dir())
+        .current_dir(cluster::repo_dir())
         .args([
             "upgrade",
             RELEASE,
@@ -410,7 +411,7 @@ async fn the_chart_runs_the_operator_from_its_image_on_the_real_node() {
         ])
         .args(release_args(&jobs_ns))
         .args(["--set", "workers=2"]);
-    support::run_ok(&mut upgrade);
+    cluster::run_ok(&mut upgrade);
     let deployment = deployments
         .get(&format!("{RELEASE}-tfjob-operator"))
         .await
@@ -427,7 +428,7 @@ async fn the_chart_runs_the_operator_from_its_image_on_the_real_node() {
         .iter()
         .filter_map(|p| p.metadata.name.clone())
         .collect();
-    let after = support::wait_until("the rollout to replace both Pods", STEP_TIMEOUT, || async {
+    let after = cluster::wait_until("the rollout to replace both Pods", STEP_TIMEOUT, || async {
         let now = ready_operator_pods(&pods, 2).await;
         now.iter()
             .all(|p| !before_names.contains(&p.metadata.name.clone().unwrap_or_default()))
@@ -445,7 +446,7 @@ async fn the_chart_runs_the_operator_from_its_image_on_the_real_node() {
     assert!(support::logs(&jobs_ns, "through-upgrade-worker-0").contains("survived"));
     steps.say("TFJob through-upgrade Succeeded across the upgrade");
 
-    let mut uninstall = support::helm();
+    let mut uninstall = cluster::helm();
     uninstall.args([
         "uninstall",
         RELEASE,
@@ -455,7 +456,7 @@ async fn the_chart_runs_the_operator_from_its_image_on_the_real_node() {
         "--timeout",
         "3m",
     ]);
-    support::run_ok(&mut uninstall);
+    cluster::run_ok(&mut uninstall);
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.get("tfjobs.kubeflow.org")
         .await
@@ -472,6 +473,6 @@ async fn the_chart_runs_the_operator_from_its_image_on_the_real_node() {
         );
     }
     steps.say("helm uninstall kept the CRD and the jobs");
-    support::delete_namespace(&client, &op_ns).await;
-    support::delete_namespace(&client, &jobs_ns).await;
+    cluster::delete_namespace(&client, &op_ns).await;
+    cluster::delete_namespace(&client, &jobs_ns).await;
 }

@@ -26,6 +26,7 @@ use kube::api::{Api, ListParams, PostParams};
 use tfjob_operator::api::pod_group::{CONDITION_INITIALLY_SCHEDULED, PodGroup};
 use tfjob_operator::api::types::TFJob;
 
+use crate::cluster;
 use crate::support::{self, NODE_NAME, Operator};
 
 /// The extended resource the test gives the real node (and takes back).
@@ -40,7 +41,7 @@ async fn set_slots(nodes: &Api<Node>, slots: Option<u32>) {
         Some(n) => serde_json::json!([{ "op": "add", "path": path, "value": n.to_string() }]),
         None => serde_json::json!([{ "op": "remove", "path": path }]),
     };
-    let (ok, out) = support::run(support::kubectl().args([
+    let (ok, out) = cluster::run(cluster::kubectl().args([
         "patch",
         "node",
         NODE_NAME,
@@ -58,7 +59,7 @@ async fn set_slots(nodes: &Api<Node>, slots: Option<u32>) {
     };
     assert!(ok, "failed to give {NODE_NAME} {GANG_SLOT}: {out}");
     // The kubelet derives allocatable from capacity on its next status update.
-    support::wait_until(
+    cluster::wait_until(
         &format!("{NODE_NAME} to have {n} allocatable {GANG_SLOT}"),
         TIMEOUT,
         || async {
@@ -107,8 +108,8 @@ fn started_at(pod: &Pod) -> Option<i64> {
 #[tokio::test]
 #[ignore = "needs a real node: make test-real"]
 async fn a_gang_starts_no_container_until_all_of_it_is_bound() {
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "real-gang").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "real-gang").await;
     let nodes: Api<Node> = Api::all(client.clone());
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let jobs: Api<TFJob> = Api::namespaced(client.clone(), &ns);
@@ -128,7 +129,7 @@ async fn a_gang_starts_no_container_until_all_of_it_is_bound() {
     pods.create(&PostParams::default(), &blocker)
         .await
         .expect("create the blocker Pod");
-    support::wait_until("the blocker Pod to run", TIMEOUT, || async {
+    cluster::wait_until("the blocker Pod to run", TIMEOUT, || async {
         let pod = pods.get("blocker").await.ok()?;
         started_at(&pod).map(|_| ())
     })
@@ -166,7 +167,7 @@ async fn a_gang_starts_no_container_until_all_of_it_is_bound() {
     };
 
     // 1. Two slots free, three needed: nothing is bound, nothing runs.
-    let message = support::wait_until("the job to say its gang does not fit", TIMEOUT, || async {
+    let message = cluster::wait_until("the job to say its gang does not fit", TIMEOUT, || async {
         let job = jobs.get("gang").await.ok()?;
         job.status?
             .conditions
@@ -199,7 +200,7 @@ async fn a_gang_starts_no_container_until_all_of_it_is_bound() {
     pods.delete("blocker", &Default::default())
         .await
         .expect("delete the blocker Pod");
-    let running = support::wait_until("the gang's 3 containers to run", TIMEOUT, || async {
+    let running = cluster::wait_until("the gang's 3 containers to run", TIMEOUT, || async {
         let pods = job_pods().await;
         let all = pods.len() == 3 && pods.iter().all(|p| started_at(p).is_some());
         all.then_some(pods)
@@ -224,6 +225,6 @@ async fn a_gang_starts_no_container_until_all_of_it_is_bound() {
         .unwrap_or_else(|| panic!("no {CONDITION_INITIALLY_SCHEDULED} on {group:?}"));
     assert_eq!(scheduled.status, "True", "{scheduled:?}");
 
-    support::delete_namespace(&client, &ns).await;
+    cluster::delete_namespace(&client, &ns).await;
     set_slots(&nodes, None).await;
 }

@@ -15,6 +15,8 @@
 //!
 //! Add a suite with one `mod xyz;` line below and a `tests/real/xyz.rs`.
 
+#[path = "../support/cluster.rs"]
+mod cluster;
 mod support;
 
 mod chart;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::{Api, PostParams};
 
+use crate::cluster;
 use crate::support::{self, NODE_IP, NODE_LABEL, NODE_NAME, POD_PREFIX};
 
 const POD_TIMEOUT: Duration = Duration::from_secs(120);
@@ -22,10 +23,10 @@ const POD_TIMEOUT: Duration = Duration::from_secs(120);
 #[tokio::test]
 #[ignore = "needs a real node: make test-real"]
 async fn a_pod_on_the_real_node_runs_for_real() {
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "real-pod").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "real-pod").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let marker = format!("ran-for-real-{}", support::random_suffix());
+    let marker = format!("ran-for-real-{}", cluster::random_suffix());
     let script =
         format!("echo {marker} on $(hostname) uid=$(id -u); cat /proc/1/cgroup | head -n 3");
     pods.create(
@@ -65,7 +66,7 @@ async fn a_pod_on_the_real_node_runs_for_real() {
         log.contains("/tfjob-real-node/kubepods"),
         "not in the kubelet's cgroups: {log}"
     );
-    support::delete_namespace(&client, &ns).await;
+    cluster::delete_namespace(&client, &ns).await;
 }
 
 /// The node carries the label KWOK is told to ignore and the taint that keeps
@@ -74,7 +75,7 @@ async fn a_pod_on_the_real_node_runs_for_real() {
 #[tokio::test]
 #[ignore = "needs a real node: make test-real"]
 async fn kwok_and_its_pods_leave_the_real_node_alone() {
-    let client = support::client().await;
+    let client = cluster::client().await;
     let nodes: Api<Node> = Api::all(client.clone());
     let node = nodes.get(NODE_NAME).await.expect("the real node");
     let labels = node.metadata.labels.clone().unwrap_or_default();
@@ -113,14 +114,14 @@ async fn kwok_and_its_pods_leave_the_real_node_alone() {
     );
 
     // Without the toleration a Pod selecting the node is never scheduled there.
-    let ns = support::test_namespace(&client, "real-taint").await;
+    let ns = cluster::test_namespace(&client, "real-taint").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let mut pod = support::busybox_pod("untolerated", "true");
     pod.spec.as_mut().expect("spec").tolerations = None;
     pods.create(&PostParams::default(), &pod)
         .await
         .expect("create the Pod");
-    let reason = support::wait_until("the scheduler to refuse the Pod", POD_TIMEOUT, || async {
+    let reason = cluster::wait_until("the scheduler to refuse the Pod", POD_TIMEOUT, || async {
         let pod = pods.get("untolerated").await.ok()?;
         let conditions = pod.status?.conditions?;
         conditions
@@ -130,7 +131,7 @@ async fn kwok_and_its_pods_leave_the_real_node_alone() {
     })
     .await;
     assert!(reason.contains("untolerated taint"), "{reason}");
-    support::delete_namespace(&client, &ns).await;
+    cluster::delete_namespace(&client, &ns).await;
 }
 
 /// Cluster DNS: `<service>.<namespace>.svc` of a headless Service resolves to
@@ -139,8 +140,8 @@ async fn kwok_and_its_pods_leave_the_real_node_alone() {
 #[tokio::test]
 #[ignore = "needs a real node: make test-real"]
 async fn cluster_dns_resolves_headless_services_and_nothing_outside() {
-    let client = support::client().await;
-    let ns = support::test_namespace(&client, "real-dns").await;
+    let client = cluster::client().await;
+    let ns = cluster::test_namespace(&client, "real-dns").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     pods.create(
@@ -158,7 +159,7 @@ async fn cluster_dns_resolves_headless_services_and_nothing_outside() {
         .create(&PostParams::default(), &service)
         .await
         .expect("create the Service");
-    let target_ip = support::wait_until("the target Pod's IP", POD_TIMEOUT, || async {
+    let target_ip = cluster::wait_until("the target Pod's IP", POD_TIMEOUT, || async {
         let pod = pods.get("target").await.ok()?;
         let status = pod.status?;
         (status.phase.as_deref() == Some("Running")).then_some(())?;
@@ -205,7 +206,7 @@ async fn cluster_dns_resolves_headless_services_and_nothing_outside() {
         outside.contains(&format!("10.0.0.0/24 via {NODE_IP}")),
         "{outside}"
     );
-    support::delete_namespace(&client, &ns).await;
+    cluster::delete_namespace(&client, &ns).await;
 }
 
 /// The drop rules are in place and first in their chains, read back from
@@ -214,11 +215,11 @@ async fn cluster_dns_resolves_headless_services_and_nothing_outside() {
 #[tokio::test]
 #[ignore = "needs a real node: make test-real"]
 async fn pod_traffic_is_confined_to_the_machine() {
-    let out = support::run_ok(support::harness("e2e/real-node/network.sh").arg("check"));
+    let out = cluster::run_ok(cluster::harness("e2e/real-node/network.sh").arg("check"));
     assert!(out.contains("confined"), "{out}");
     // The check can fail: its expectations are the rules network.sh installs,
     // and one of them is the catch-all drop for traffic from the bridge.
-    let mangle = support::run_ok(std::process::Command::new("iptables").args([
+    let mangle = cluster::run_ok(std::process::Command::new("iptables").args([
         "-t",
         "mangle",
         "-S",
@@ -228,7 +229,7 @@ async fn pod_traffic_is_confined_to_the_machine() {
         mangle.contains("-A TFJOB-RN-PRE -i tfjob0 -j DROP"),
         "{mangle}"
     );
-    let post = support::run_ok(std::process::Command::new("iptables").args([
+    let post = cluster::run_ok(std::process::Command::new("iptables").args([
         "-t",
         "mangle",
         "-S",
@@ -239,7 +240,7 @@ async fn pod_traffic_is_confined_to_the_machine() {
         "{post}"
     );
     let coredns = std::path::Path::new(&support::node_env("REAL_NODE_BIN")).join("coredns");
-    let plugins = support::run_ok(std::process::Command::new(coredns).arg("-plugins"));
+    let plugins = cluster::run_ok(std::process::Command::new(coredns).arg("-plugins"));
     assert!(plugins.contains("kubernetes"), "{plugins}");
     for upstream in ["forward", "grpc", "route53", "clouddns", "azure"] {
         assert!(
@@ -275,7 +276,7 @@ async fn the_runtime_never_pulls() {
 #[tokio::test]
 #[ignore = "needs a real node: make test-real"]
 async fn the_leftover_check_sees_a_running_node() {
-    let out = support::run_ok(support::harness("e2e/real-node/node.sh").arg("leftovers"));
+    let out = cluster::run_ok(cluster::harness("e2e/real-node/node.sh").arg("leftovers"));
     for thing in [
         "process kubelet",
         "process containerd",

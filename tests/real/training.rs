@@ -35,6 +35,7 @@ use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use tfjob_operator::api::types::TFJob;
 
+use crate::cluster;
 use crate::support::{self, Operator};
 
 /// One training on 2 cores shared with the control plane: ~1.5 min when
@@ -51,14 +52,14 @@ struct Setup {
 
 impl Setup {
     async fn new(prefix: &str) -> Self {
-        support::ensure_tfjob_crd().await;
-        let client = support::client().await;
-        let ns = support::test_namespace(&client, prefix).await;
+        let client = cluster::client().await;
+        support::ensure_crd(&client).await;
+        let ns = cluster::test_namespace(&client, prefix).await;
         let programs = ["trainlib.py", "mwms.py", "ps.py"];
         let data: serde_json::Map<String, serde_json::Value> = programs
             .iter()
             .map(|file| {
-                let path = support::repo_dir().join("examples/real").join(file);
+                let path = cluster::repo_dir().join("examples/real").join(file);
                 let text = std::fs::read_to_string(&path)
                     .unwrap_or_else(|e| panic!("failed to read {}: {e}", path.display()));
                 ((*file).to_owned(), text.into())
@@ -97,7 +98,7 @@ impl Setup {
         name: &str,
         edit: impl FnOnce(&mut serde_json::Value),
     ) -> Api<TFJob> {
-        let path = support::repo_dir().join("examples/real").join(file);
+        let path = cluster::repo_dir().join("examples/real").join(file);
         let text = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("failed to read {}: {e}", path.display()));
         let mut job: serde_json::Value = serde_yaml::from_str(&text)
@@ -116,7 +117,7 @@ impl Setup {
 
     /// Waits for the job's last condition to be `condition` and returns it.
     async fn wait_condition(&self, jobs: &Api<TFJob>, name: &str, condition: &str) -> TFJob {
-        let job = support::wait_until(
+        let job = cluster::wait_until(
             &format!("TFJob {name} to be {condition}"),
             TRAINING_TIMEOUT,
             || async {
@@ -133,11 +134,11 @@ impl Setup {
     /// Waits until every Pod named in `pods` has logged `needle`.
     async fn wait_logged(&self, pods: &[String], needle: &str) {
         for pod in pods {
-            support::wait_until(
+            cluster::wait_until(
                 &format!("{pod} to log {needle:?}"),
                 TRAINING_TIMEOUT,
                 || async {
-                    let (_, log) = support::run(support::kubectl().args([
+                    let (_, log) = cluster::run(cluster::kubectl().args([
                         "logs",
                         "-n",
                         &self.ns,
@@ -156,7 +157,7 @@ impl Setup {
     }
 
     fn previous_logs(&self, pod: &str) -> String {
-        support::run_ok(support::kubectl().args(["logs", "--previous", "-n", &self.ns, pod]))
+        cluster::run_ok(cluster::kubectl().args(["logs", "--previous", "-n", &self.ns, pod]))
     }
 
     async fn pods(&self, name: &str) -> Vec<Pod> {
@@ -211,7 +212,7 @@ fn replica_status(job: &TFJob, rtype: &str) -> serde_json::Value {
 #[ignore = "needs a real node: make test-real"]
 async fn mwms_chief_and_two_workers_train_in_step_to_succeeded() {
     let mut s = Setup::new("real-mwms").await;
-    let name = format!("mwms-{}", support::random_suffix());
+    let name = format!("mwms-{}", cluster::random_suffix());
     let jobs = s.apply("mwms.yaml", &name, |_| {}).await;
     let replicas = names(&name, &[("chief", 1), ("worker", 2)]);
     s.wait_logged(&replicas, "joined the cluster of 3 replicas")
@@ -271,7 +272,7 @@ async fn mwms_chief_and_two_workers_train_in_step_to_succeeded() {
 #[ignore = "needs a real node: make test-real"]
 async fn ps_strategy_trains_to_the_end_and_running_pods_are_cleaned() {
     let mut s = Setup::new("real-ps").await;
-    let name = format!("ps-{}", support::random_suffix());
+    let name = format!("ps-{}", cluster::random_suffix());
     let jobs = s.apply("ps.yaml", &name, |_| {}).await;
     let chief = format!("{name}-chief-0");
     s.wait_logged(std::slice::from_ref(&chief), "joined the cluster")
@@ -294,7 +295,7 @@ async fn ps_strategy_trains_to_the_end_and_running_pods_are_cleaned() {
     );
     // cleanPodPolicy Running: the PS and Workers (which serve until
     // stopped) are deleted once the job is done ...
-    support::wait_until(
+    cluster::wait_until(
         "the PS and Worker Pods to be deleted",
         Duration::from_secs(120),
         || async {
@@ -342,7 +343,7 @@ fn kill_container(ns: &str, pod: &str) {
             &format!("unix://{}", support::node_env("REAL_NODE_CONTAINERD_SOCK")),
         ])
         .args(args);
-        support::run_ok(&mut cmd)
+        cluster::run_ok(&mut cmd)
     };
     let id = crictl(&[
         "ps",
@@ -363,14 +364,14 @@ fn kill_container(ns: &str, pod: &str) {
     let pid = info["info"]["pid"]
         .as_i64()
         .unwrap_or_else(|| panic!("no pid in crictl inspect of {pod}"));
-    support::run_ok(Command::new("kill").args(["-KILL", &pid.to_string()]));
+    cluster::run_ok(Command::new("kill").args(["-KILL", &pid.to_string()]));
 }
 
 #[tokio::test]
 #[ignore = "needs a real node: make test-real"]
 async fn a_worker_killed_under_exit_code_is_recreated_and_training_resumes_from_the_checkpoint() {
     let mut s = Setup::new("real-kill").await;
-    let name = format!("kill-{}", support::random_suffix());
+    let name = format!("kill-{}", cluster::random_suffix());
     let jobs = s
         .apply("mwms.yaml", &name, |job| {
             // Long enough to kill a Worker after the first checkpoint.
@@ -413,7 +414,7 @@ async fn a_worker_killed_under_exit_code_is_recreated_and_training_resumes_from_
 #[ignore = "needs a real node: make test-real"]
 async fn a_program_exiting_1_under_exit_code_fails_the_job_with_kubeflows_message() {
     let mut s = Setup::new("real-exit1").await;
-    let name = format!("exit1-{}", support::random_suffix());
+    let name = format!("exit1-{}", cluster::random_suffix());
     let jobs = s
         .apply("mwms.yaml", &name, |job| {
             set_env(job, "EXIT_CODE", "1");
@@ -443,7 +444,7 @@ async fn a_program_exiting_1_under_exit_code_fails_the_job_with_kubeflows_messag
 #[ignore = "needs a real node: make test-real"]
 async fn on_failure_restarts_in_place_are_counted_and_backoff_limit_ends_the_job() {
     let mut s = Setup::new("real-onfailure").await;
-    let name = format!("onfailure-{}", support::random_suffix());
+    let name = format!("onfailure-{}", cluster::random_suffix());
     let jobs = s
         .apply("mwms.yaml", &name, |job| {
             // One Worker that fails at once, every time: the kubelet
@@ -461,7 +462,7 @@ async fn on_failure_restarts_in_place_are_counted_and_backoff_limit_ends_the_job
     let pod = format!("{name}-worker-0");
     // The kubelet restarts the container, the Pod stays: its restartCount
     // grows and our status counts it.
-    let counted = support::wait_until(
+    let counted = cluster::wait_until(
         "an in-place restart counted in replicaStatuses.Worker.restarts",
         TRAINING_TIMEOUT,
         || async {
@@ -500,7 +501,7 @@ async fn on_failure_restarts_in_place_are_counted_and_backoff_limit_ends_the_job
 #[ignore = "needs a real node: make test-real"]
 async fn active_deadline_seconds_stops_a_long_run() {
     let mut s = Setup::new("real-deadline").await;
-    let name = format!("deadline-{}", support::random_suffix());
+    let name = format!("deadline-{}", cluster::random_suffix());
     let jobs = s
         .apply("mwms.yaml", &name, |job| {
             set_env(job, "EPOCHS", "1000");
@@ -522,7 +523,7 @@ async fn active_deadline_seconds_stops_a_long_run() {
         )
     );
     // The running Pods are stopped.
-    support::wait_until(
+    cluster::wait_until(
         "the job's Pods to stop",
         Duration::from_secs(120),
         || async {

@@ -20,10 +20,9 @@ use rustls_pki_types::pem::PemObject;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{Release, service_account_token, token_kubeconfig};
+use crate::cluster::{client, cluster_dir, kubectl, run_ok, test_namespace, wait_until};
 use crate::operator::{Operator, ensure_crd, http_get};
-use crate::support::{
-    client, cluster_dir, kubectl, run_ok, shared_cluster, test_namespace, wait_until,
-};
+use crate::support::shared_cluster;
 
 /// A certificate and key for `localhost` in `<dir>/tls.crt` and `tls.key`
 /// (what `--metrics-cert-dir` reads); returns the certificate to trust.

@@ -11,8 +11,9 @@ use std::process::Command;
 
 use serde::Deserialize;
 
+use crate::cluster::{bin_dir, helm, run_ok};
 use crate::support::CHART;
-use crate::support::{bin_dir, helm, kube_version, run_ok};
+use crate::support::kube_version;
 
 /// `helm template` of the chart (release `render` in `tfjob-system`, for the
 /// pinned Kubernetes version) with `args`, one YAML value per object. Test

@@ -20,11 +20,10 @@ use serde_json::Value;
 use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::TFJob;
 
+use crate::cluster::{client, cluster_dir, helm, run_ok, test_namespace, wait_until};
 use crate::operator::{Operator, ensure_crd, http_get};
 use crate::prometheus::url_encode;
-use crate::support::{
-    client, cluster_dir, helm, run_ok, shared_cluster, test_namespace, wait_until,
-};
+use crate::support::shared_cluster;
 
 const SLOW: Duration = Duration::from_secs(90);
 
@@ -43,7 +42,7 @@ fn jaeger_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("TFJOB_JAEGER_BIN") {
         return PathBuf::from(bin);
     }
-    let tools = crate::support::repo_dir().join("e2e/tools.sh");
+    let tools = crate::cluster::repo_dir().join("e2e/tools.sh");
     let out = Command::new("bash")
         .arg(&tools)
         .arg("--jaeger-bin")

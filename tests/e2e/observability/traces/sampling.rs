@@ -11,8 +11,9 @@ use kube::api::Api;
 use tfjob_operator::api::types::TFJob;
 
 use super::{Jaeger, SLOW, chart_deployment, create_job, wait_running};
+use crate::cluster::{client, test_namespace, wait_until};
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, shared_cluster, test_namespace, wait_until};
+use crate::support::shared_cluster;
 
 /// The operator container's plain environment (not the downward API's) as
 /// the chart renders it with `--set` `values`.

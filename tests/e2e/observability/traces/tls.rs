@@ -8,8 +8,9 @@ use tfjob_operator::api::types::TFJob;
 
 use super::{Jaeger, SLOW, chart_deployment, create_job, wait_running};
 use crate::certs;
+use crate::cluster::{client, test_namespace, wait_until};
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{client, shared_cluster, test_namespace, wait_until};
+use crate::support::shared_cluster;
 
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
