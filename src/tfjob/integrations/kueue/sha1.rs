@@ -1,53 +1,19 @@
-//! SHA-1 (FIPS 180-4), only to name Workloads exactly as Kueue does
-//! (`jobframework.GetWorkloadNameForOwnerWithGVK` hashes with SHA-1). Not
-//! used for anything that needs a secure hash; 40 lines instead of a
-//! dependency.
+//! SHA-1, only to name Workloads exactly as Kueue does
+//! (`jobframework.GetWorkloadNameForOwnerWithGVK` hashes with SHA-1): not
+//! for anything that needs a secure hash, so `ring`'s legacy-use digest,
+//! from the `ring` the tree already links for TLS.
+use std::fmt::Write;
 
 /// The SHA-1 digest of `data`, as 40 lower-case hex digits.
 pub fn hex_digest(data: &[u8]) -> String {
-    let mut h: [u32; 5] = [
-        0x6745_2301,
-        0xEFCD_AB89,
-        0x98BA_DCFE,
-        0x1032_5476,
-        0xC3D2_E1F0,
-    ];
-    let mut message = data.to_vec();
-    let bit_len = (data.len() as u64).wrapping_mul(8);
-    message.push(0x80);
-    while message.len() % 64 != 56 {
-        message.push(0);
-    }
-    message.extend_from_slice(&bit_len.to_be_bytes());
-    for block in message.chunks_exact(64) {
-        let mut w = [0u32; 80];
-        for (i, word) in block.chunks_exact(4).enumerate() {
-            w[i] = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
-        }
-        for i in 16..80 {
-            w[i] = (w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16]).rotate_left(1);
-        }
-        let [mut a, mut b, mut c, mut d, mut e] = h;
-        for (i, &wi) in w.iter().enumerate() {
-            let (f, k) = match i {
-                0..=19 => ((b & c) | (!b & d), 0x5A82_7999),
-                20..=39 => (b ^ c ^ d, 0x6ED9_EBA1),
-                40..=59 => ((b & c) | (b & d) | (c & d), 0x8F1B_BCDC),
-                _ => (b ^ c ^ d, 0xCA62_C1D6),
-            };
-            let t = a
-                .rotate_left(5)
-                .wrapping_add(f)
-                .wrapping_add(e)
-                .wrapping_add(k)
-                .wrapping_add(wi);
-            (e, d, c, b, a) = (d, c, b.rotate_left(30), a, t);
-        }
-        for (hi, v) in h.iter_mut().zip([a, b, c, d, e]) {
-            *hi = hi.wrapping_add(v);
-        }
-    }
-    h.iter().map(|v| format!("{v:08x}")).collect()
+    let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, data);
+    digest
+        .as_ref()
+        .iter()
+        .fold(String::with_capacity(40), |mut hex, byte| {
+            let _ = write!(hex, "{byte:02x}");
+            hex
+        })
 }
 
 #[cfg(test)]
