@@ -33,8 +33,8 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams,
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tfjob_operator::api::types::TFJob;
-use tfjob_operator::tfjob::plan::bookkeeping::{ANNOTATION, Bookkeeping};
 use tfjob_operator::tfjob::kubeflow::messages::backoff_limit_exceeded;
+use tfjob_operator::tfjob::plan::bookkeeping::{ANNOTATION, Bookkeeping};
 use tokio::time::Instant;
 
 use crate::cluster::{client, delete_namespace, test_namespace, wait_until};

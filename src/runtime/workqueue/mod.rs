@@ -12,11 +12,11 @@
 
 pub mod delaying;
 pub mod metrics;
-#[cfg(test)]
-mod model_tests;
 pub mod queue;
 pub mod rate_limiter;
 pub mod rate_limiting;
+#[cfg(test)]
+mod tests;
 
 #[cfg(test)]
 mod test_support {

@@ -10,9 +10,9 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::MetricsTls;
 use crate::observability::metrics::{encode, new_registry};
 use crate::observability::metrics_auth::{self, MetricsAuth, Reviews};
+use crate::observability::metrics_tls::MetricsTls;
 
 /// Allows the token "reader"; authenticates no other.
 struct OnlyReader;

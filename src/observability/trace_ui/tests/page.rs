@@ -8,7 +8,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::layer::SubscriberExt;
 
-use super::{TraceUi, router};
+use crate::observability::trace_ui::{TraceUi, router};
 
 /// A minimal HTTP/1.1 GET over a raw socket: (status code, body).
 async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
