@@ -29,7 +29,7 @@
 //! kubeflow/training-operator#2045), a re-created Pod has the old name, and
 //! its `TFJobRestarting` Events expire after an hour and are not watched. The
 //! one durable trace is its `Restarting` condition while a restart is under
-//! way, naming the replica type ("TFJob j is restarting because Worker
+//! way, naming the replica type ("job j is restarting because Worker
 //! replica(s) failed."): that counts as one re-creation of that type
 //! ([`Bookkeeping::of`]), and is written here on the first pass so it
 //! survives the condition. Older re-creations are not guessed (a Pod created
@@ -353,7 +353,7 @@ mod tests {
     }
 
     const TRAINING_OPERATOR_RESTARTING: &str =
-        "TFJob j is restarting because Worker replica(s) failed.";
+        "job j is restarting because Worker replica(s) failed.";
 
     #[test]
     fn a_job_training_operator_is_restarting_counts_one_re_creation_of_the_named_type() {
@@ -407,7 +407,7 @@ mod tests {
         );
         for other in [
             "TFJob j is running.",
-            "TFJob j is restarting because Gardener replica(s) failed.",
+            "job j is restarting because Gardener replica(s) failed.",
             "because Worker",
         ] {
             assert_eq!(replica_type_named(Some(other)), None, "{other}");

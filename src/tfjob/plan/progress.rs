@@ -28,13 +28,44 @@ pub(super) fn update_conditions(
     namespace: &str,
     now: &Time,
 ) {
-    let running_msg = || messages::running(namespace, name);
-    let done_msg = || messages::succeeded(namespace, name);
+    let (running, succeeded) = running_and_succeeded(spec, t);
+    let restarting = is_true(&p.status, condition::RESTARTING) && t.slots_not_running > 0;
+    if running && !restarting {
+        let msg = messages::running(namespace, name);
+        conditions::set(
+            &mut p.status,
+            condition::RUNNING,
+            true,
+            reason::RUNNING,
+            msg,
+            now,
+        );
+    }
+    if failed_for_good(p, spec, t, name, namespace, now) {
+        return;
+    }
+    if succeeded {
+        let msg = messages::succeeded(namespace, name);
+        p.event(false, reason::SUCCEEDED, msg.clone());
+        conditions::set(
+            &mut p.status,
+            condition::SUCCEEDED,
+            true,
+            reason::SUCCEEDED,
+            msg,
+            now,
+        );
+        p.status.completion_time.get_or_insert(now.clone());
+    }
+}
+
+/// Whether the job runs and whether it succeeded. With a Chief: it decides
+/// both. Without: Workers do (worker 0, or all of them under
+/// `AllWorkers`), and a succeeded job is not "running".
+fn running_and_succeeded(spec: &JobSpec, t: &Tally) -> (bool, bool) {
     let status_of =
         |rtype: ReplicaType| t.statuses.get(rtype.as_str()).cloned().unwrap_or_default();
-    // With a Chief: it decides both. Without: Workers do (worker 0, or all
-    // of them under `AllWorkers`), and a succeeded job is not "running".
-    let (running, succeeded) = if let Some(chief) = spec.chief_type() {
+    if let Some(chief) = spec.chief_type() {
         let s = status_of(chief);
         (
             s.active > 0,
@@ -48,47 +79,34 @@ pub(super) fn update_conditions(
         (!done && s.active > 0, done)
     } else {
         (false, false)
+    }
+}
+
+/// A replica that failed and is not restarted fails the job (but a Worker
+/// under `enableDynamicWorker` does not), with each exit code as an Event.
+/// True when the job failed.
+fn failed_for_good(
+    p: &mut Plan,
+    spec: &JobSpec,
+    t: &Tally,
+    name: &str,
+    namespace: &str,
+    now: &Time,
+) -> bool {
+    let dynamic = |rtype: ReplicaType| spec.enable_dynamic_worker && rtype == ReplicaType::Worker;
+    let Some(&(rtype, n)) = t.failed.iter().find(|(rtype, _)| !dynamic(*rtype)) else {
+        return false;
     };
-    let restarting = is_true(&p.status, condition::RESTARTING) && t.slots_not_running > 0;
-    if running && !restarting {
-        let msg = running_msg();
-        conditions::set(
-            &mut p.status,
-            condition::RUNNING,
-            true,
-            reason::RUNNING,
-            msg,
-            now,
+    for (pod, code) in &t.exits {
+        p.event(
+            false,
+            event::EXITED_WITH_CODE,
+            messages::exited_with_code(namespace, pod, code),
         );
     }
-    for &(rtype, n) in &t.failed {
-        if spec.enable_dynamic_worker && rtype == ReplicaType::Worker {
-            continue;
-        }
-        for (pod, code) in &t.exits {
-            p.event(
-                false,
-                event::EXITED_WITH_CODE,
-                messages::exited_with_code(namespace, pod, code),
-            );
-        }
-        let msg = messages::replicas_failed(namespace, name, n, rtype.as_str());
-        fail(p, msg, now);
-        return;
-    }
-    if succeeded {
-        let msg = done_msg();
-        p.event(false, reason::SUCCEEDED, msg.clone());
-        conditions::set(
-            &mut p.status,
-            condition::SUCCEEDED,
-            true,
-            reason::SUCCEEDED,
-            msg,
-            now,
-        );
-        p.status.completion_time.get_or_insert(now.clone());
-    }
+    let msg = messages::replicas_failed(namespace, name, n, rtype.as_str());
+    fail(p, msg, now);
+    true
 }
 
 /// Beyond Kubeflow (#999): a job that is not running yet because its Pods

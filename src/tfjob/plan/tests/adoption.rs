@@ -51,7 +51,7 @@ fn restarting() -> JobCondition {
         status: "True".into(),
         reason: Some(reason::RESTARTING.into()),
         // training-operator v1.9's message (common/pod.go ReconcilePods).
-        message: Some("TFJob j is restarting because Worker replica(s) failed.".into()),
+        message: Some("job j is restarting because Worker replica(s) failed.".into()),
         ..Default::default()
     }
 }
