@@ -16,8 +16,11 @@
 //!   is dropped and counted (`{reason="queue_full"}`), as client-go's
 //!   `DropIfChannelFull` does. The filter runs before the channel, where
 //!   client-go runs it after: see `spam.rs` for why.
-//! - [`EventBroadcaster::run`] is the background task that writes them. Before
-//!   writing, the [`EventCorrelator`] decides:
+//! - [`EventBroadcaster::run`] is the background task that writes them,
+//!   after the work: while the work clients have requests out it keeps one
+//!   write out, not eight, and catches up when they are quiet or an Event
+//!   has waited a minute (`work_first.rs`). Before writing, the
+//!   [`EventCorrelator`] decides:
 //!   - aggregation: a repeat of an event already written (same object, type,
 //!     reason and message) patches the existing Event's `count` and
 //!     `lastTimestamp` instead of creating another object.
@@ -44,6 +47,7 @@ mod bounded_map;
 pub mod correlator;
 pub mod sink;
 pub mod spam;
+pub mod work_first;
 pub mod writer;
 
 use std::sync::{Arc, Mutex};
@@ -56,6 +60,7 @@ use prometheus_client::metrics::family::Family;
 use tokio::sync::mpsc;
 
 use crate::observability::metrics::SharedRegistry;
+use crate::runtime::client::work_gauge::WorkGauge;
 
 use sink::ApiEventSink;
 use spam::SpamFilter;
@@ -103,6 +108,9 @@ pub struct EventRecord {
     pub count: i32,
     /// Wall-clock time of `publish`, written as first/last timestamp.
     pub at: Timestamp,
+    /// When it was published by tokio's clock: how long it has waited to
+    /// be written (`work_first.rs` bounds that wait).
+    pub published: tokio::time::Instant,
     /// Who reported it.
     pub source: Arc<EventSourceInfo>,
     /// Set by the correlator when this event stands for similar ones
@@ -141,6 +149,9 @@ pub struct EventRecorderConfig {
     pub instance: Option<String>,
     /// Events buffered before new ones are dropped.
     pub queue_capacity: usize,
+    /// The work clients' requests in flight, which the writer lets go
+    /// first (`work_first.rs`); None: it never waits for them.
+    pub yield_to: Option<WorkGauge>,
 }
 
 impl EventRecorderConfig {
@@ -151,6 +162,7 @@ impl EventRecorderConfig {
             component: component.into(),
             instance: std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()),
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            yield_to: None,
         }
     }
 }
@@ -217,7 +229,10 @@ pub fn event_recorder(
         spam: Arc::new(Mutex::new(SpamFilter::default())),
         metrics: metrics.clone(),
     };
-    let broadcaster = EventBroadcaster::new(rx, Arc::new(ApiEventSink::new(client)), metrics);
+    let mut broadcaster = EventBroadcaster::new(rx, Arc::new(ApiEventSink::new(client)), metrics);
+    if let Some(work) = config.yield_to {
+        broadcaster = broadcaster.yield_to(work);
+    }
     (recorder, broadcaster)
 }
 
@@ -266,6 +281,7 @@ impl EventRecorder {
             message: message.into(),
             count: count.max(1),
             at: Timestamp::now(),
+            published: tokio::time::Instant::now(),
             source: self.source.clone(),
             combined: false,
         };
@@ -325,6 +341,7 @@ mod tests {
             message: message.into(),
             count: 1,
             at: Timestamp::UNIX_EPOCH,
+            published: tokio::time::Instant::now(),
             source: Arc::new(EventSourceInfo {
                 component: "tfjob-controller".into(),
                 instance: Some("pod-1".into()),

@@ -76,6 +76,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::observability::metrics::{SharedRegistry, new_registry};
 use crate::runtime::cache::factory::InformerFactory;
+use crate::runtime::client::work_gauge::WorkGauge;
 use crate::runtime::events::{EventRecorder, EventRecorderConfig, event_recorder};
 use crate::runtime::manager::leader_election::{
     HoldOutcome, LeaderElectionConfig, LeaderElectionError, LeaderElector,
@@ -210,6 +211,8 @@ pub struct Manager {
     recorder: Option<EventRecorder>,
     /// The recorder's client when not the manager's ([`Self::set_event_client`]).
     event_client: Option<kube::Client>,
+    /// The work the recorder's writes yield to ([`Self::events_yield_to`]).
+    event_yield: Option<WorkGauge>,
     secure_metrics: Option<SecureMetrics>,
 }
 
@@ -234,6 +237,7 @@ impl Manager {
             background: Vec::new(),
             recorder: None,
             event_client: None,
+            event_yield: None,
             secure_metrics: None,
         }
     }
@@ -296,6 +300,15 @@ impl Manager {
         }
     }
 
+    /// Has the event recorder write its Events after the requests `work`
+    /// counts (`runtime::events::work_first`). Only before the first
+    /// [`Self::event_recorder`]; later calls change nothing.
+    pub fn events_yield_to(&mut self, work: WorkGauge) {
+        if self.recorder.is_none() {
+            self.event_yield = Some(work);
+        }
+    }
+
     /// An event recorder reporting as `component`. All recorders share one
     /// writer task, started with the HTTP server and stopped after the
     /// runnables, so events published while draining are still written.
@@ -303,11 +316,13 @@ impl Manager {
         if let Some(recorder) = &self.recorder {
             return recorder.for_component(component);
         }
+        let mut config = EventRecorderConfig::new(component);
+        config.yield_to = self.event_yield.clone();
         let (recorder, broadcaster) = event_recorder(
             self.event_client
                 .clone()
                 .unwrap_or_else(|| self.client.clone()),
-            EventRecorderConfig::new(component),
+            config,
             &self.registry,
         );
         self.background
@@ -329,6 +344,7 @@ impl Manager {
             background,
             recorder: _,
             event_client: _,
+            event_yield: _,
             secure_metrics,
         } = self;
 
