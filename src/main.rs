@@ -208,9 +208,9 @@ async fn run(
         args.kube_api_burst_total,
     );
     // One window on requests in flight for all three clients: APF gives one
-    // identity one priority level, so its room is shared (a window each let
-    // the three overflow the level's queue together: 2026-11-27, the bench's
-    // APF peers). runtime::client::window.
+    // identity one priority level, so its room is shared (a window each lets
+    // the three overflow the level's queue together).
+    // runtime::client::window.
     let window = Window::new(MAX_IN_FLIGHT);
     // Metrics outermost, so a request cut by its deadline or refused by the
     // fence is counted too.

@@ -71,11 +71,12 @@ use writer::EventBroadcaster;
 /// request at a time, so their Events come no faster than their creates;
 /// ours creates them concurrently, and every create publishes an Event
 /// (Kubeflow's, one per child). On a server saturated by the creates
-/// themselves the writer falls behind until the creates are done: applying
-/// 1,000 four-replica jobs (9,000 Events) on the scale bench left ~4,000
-/// waiting and the 1,000-place queue dropped 3,797 (`make bench-scale`,
-/// 2026-11-27). The queue absorbs such a burst and the writer drains it
-/// after; a sustained overload still drops, and counts, as client-go does.
+/// themselves the writer falls behind until the creates are done (and, by
+/// design, yields to them: `work_first.rs`), so applying a thousand jobs
+/// at once leaves thousands of Events waiting: more than client-go's
+/// queue holds (chapter 11 has what the scale bench measured). The queue
+/// absorbs such a burst and the writer drains it after; a sustained
+/// overload still drops, and counts, as client-go does.
 /// The channel allocates as it fills (tokio's blocks of 32), so the room
 /// costs nothing until used: at most ~8 MB of ~500-byte records.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 16 * 1024;

@@ -55,11 +55,12 @@ pub const WRITES_IN_FLIGHT: usize = 8;
 /// The most events the writer holds behind a write in flight for their
 /// object. Events come in runs about one object (a TFJob gets one Event per
 /// child it creates, eight for a 4-replica job, all at once), so the writer
-/// must look past a run to find other objects to write: when this bound
-/// was [`WRITES_IN_FLIGHT`] in all, one job's run filled it and the writer
-/// wrote one Event at a time, and a burst of 200 jobs overflowed the
-/// recorder's queue (2026-11-27, `make bench-e2e` at the defaults). Still
-/// bounded, so a full queue means a slow server, and drops, as in client-go.
+/// must look past a run to find other objects to write: were this bound
+/// [`WRITES_IN_FLIGHT`] in all, one job's run would fill it and the writer
+/// would write one Event at a time, too slowly for a burst of jobs (the
+/// run that showed it is in `docs/benchmarks.md`, "Every Event written").
+/// Still bounded, so a full queue means a slow server, and drops, as in
+/// client-go.
 pub const HELD_BEHIND_MOST: usize = 16 * WRITES_IN_FLIGHT;
 
 /// An event the writer holds: new (its write decided when its turn comes),

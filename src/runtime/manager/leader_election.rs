@@ -20,8 +20,7 @@
 //!   holder and sets a 1 s duration. A standby *watches* the Lease while it
 //!   waits and tries at once when it sees it released or deleted, so a
 //!   graceful handover takes a round trip, not a retry period (client-go
-//!   only polls: up to 2.2 retry periods, 4.4 s at the defaults; measured
-//!   here before: 0.65-2.88 s after the leader's exit).
+//!   only polls: up to 2.2 retry periods, 4.4 s at the defaults).
 //!
 //! The timing decisions are pure functions ([`may_acquire`],
 //! [`renew_deadline_passed`], [`next_spec`], [`released_spec`]) tested with
@@ -484,9 +483,9 @@ impl LeaderElector {
                                 // Each renewal restarts the expiry clock when
                                 // the watch shows it, not at our next poll:
                                 // counted from a poll up to 2.2 retry periods
-                                // after the renewal, failover took 3-4 s
-                                // longer in some rounds (issue #29). Never
-                                // earlier than the renewal: as safe as a poll.
+                                // after the renewal, failover would take up to
+                                // that much longer (issue #29). Never earlier
+                                // than the renewal: as safe as a poll.
                                 {
                                     let mut state = self.lock();
                                     let seen =
