@@ -7,8 +7,8 @@
 //! a client-side limit, so the budget is this: while work is busy
 //! ([`WorkGauge`]), the writer keeps at most [`WRITES_WHILE_WORKING`] Event
 //! write out instead of [`WRITES_IN_FLIGHT`](super::writer::WRITES_IN_FLIGHT),
-//! so a work request finds at most that one Event ahead of it at the server,
-//! and the queue still moves. When work goes quiet the writer catches up at
+//! so once the Events already sent have landed, a work request finds at
+//! most that one Event ahead of it at the server, and the queue still moves. When work goes quiet the writer catches up at
 //! full width. The yield is bounded, so no Event is dropped for it and none
 //! waits for ever: once an Event about to be written has waited
 //! [`MAX_DEFER`] since it was published, or the recorder's queue is half
