@@ -344,8 +344,8 @@ fn main() {
 
     // One round first, not counted: right after the Pods turn Running the
     // API server is still busy with them (KWOK's status writes, the watch
-    // cache), and whichever peer ran first paid for it (2026-11-27: ours,
-    // first in round one, 1.27 s against its 0.75 s in round three).
+    // cache), and whichever peer ran first paid for it (the run that showed
+    // it: `docs/benchmarks.md`, "Initial sync of 10,000 Pods").
     println!("warm-up round (not counted)");
     for peer in PEERS {
         run_peer(peer, go_bin.as_deref());

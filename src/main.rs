@@ -28,6 +28,7 @@ use tfjob_operator::runtime::client::rate_limit::ClientRateLimits;
 use tfjob_operator::runtime::client::span_status::SpanStatusLayer;
 use tfjob_operator::runtime::client::timeout::RequestTimeoutLayer;
 use tfjob_operator::runtime::client::window::{MAX_IN_FLIGHT, Window};
+use tfjob_operator::runtime::client::work_gauge::{WorkGauge, WorkGaugeLayer};
 use tfjob_operator::runtime::leader_election::config::LeaderElectionConfig;
 use tfjob_operator::runtime::manager::server::{HttpServer, SecureMetrics};
 use tfjob_operator::runtime::manager::{Manager, ManagerConfig};
@@ -214,28 +215,33 @@ async fn run(
         args.kube_api_burst_total,
     );
     // One window on requests in flight for all three clients: APF gives one
-    // identity one priority level, so its room is shared (a window each let
-    // the three overflow the level's queue together: 2026-11-27, the bench's
-    // APF peers). runtime::client::window.
+    // identity one priority level, so its room is shared (a window each lets
+    // the three overflow the level's queue together).
+    // runtime::client::window.
     let window = Window::new(MAX_IN_FLIGHT);
     // Metrics outermost, so a request cut by its deadline or refused by the
     // fence is counted too.
     // HTTP/2 with client-go's 30 s + 15 s ping health check (runtime::client::connect).
-    let api_client = || -> anyhow::Result<kube::Client> {
-        Ok(tfjob_operator::runtime::client::connect::client_builder(
-            config.clone(),
-            &window,
-            &fence,
-        )?
-        .with_layer(&timeout)
-        .with_layer(&rest_metrics)
-        .with_layer(&SpanStatusLayer)
-        .with_layer(&limits.for_client())
-        .build())
+    let api_client = || {
+        anyhow::Ok(
+            tfjob_operator::runtime::client::connect::client_builder(
+                config.clone(),
+                &window,
+                &fence,
+            )?
+            .with_layer(&timeout)
+            .with_layer(&rest_metrics)
+            .with_layer(&SpanStatusLayer)
+            .with_layer(&limits.for_client()),
+        )
     };
-    let client = api_client()?;
-    let children_client = api_client()?;
-    let events_client = api_client()?;
+    // The work clients count their requests in flight; the Events' client
+    // writes after them (runtime::events::work_first).
+    let work = WorkGauge::new();
+    let counted = WorkGaugeLayer::new(work.clone());
+    let client = api_client()?.with_layer(&counted).build();
+    let children_client = api_client()?.with_layer(&counted).build();
+    let events_client = api_client()?.build();
     check_crd_installed(&client, args.namespace.as_deref()).await?;
 
     let leader_election = args.leader_elect.then(|| {
@@ -325,6 +331,7 @@ async fn run(
         kueue: args.kueue,
     };
     manager.set_event_client(events_client);
+    manager.events_yield_to(work);
     let discovery = setup(
         &mut manager,
         InformerFactory::new(client),

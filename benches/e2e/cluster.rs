@@ -155,12 +155,12 @@ pub(crate) async fn reinstall_crd(client: &Client, file: &Path) -> anyhow::Resul
     warm_up_tfjob_writes(client).await
 }
 
-/// Waits out the API server's readiness for writes to a new CRD. Measured
-/// with curl on the local control plane (2026-11-24), for our CRD and
-/// Kubeflow's alike: a create sent within a second of `Established` took
-/// 2.03 s, even after a LIST had already answered 200; the next creates took
-/// 8-11 ms, and a first create sent 3 s after `Established` took 8 ms. A
-/// cluster pays this once per CRD install, long before any job; a run must not
+/// Waits out the API server's readiness for writes to a new CRD: the first
+/// create sent within a second of `Established` waits about two seconds in
+/// the API server, for our CRD and Kubeflow's alike, even after a LIST has
+/// answered; the next creates, and a first one sent later, take
+/// milliseconds (measured with curl: `docs/benchmarks.md`, "What one run
+/// does"). A cluster pays this once per CRD install, long before any job; a run must not
 /// charge it to whichever peer writes first (ours is ready within a second
 /// of the reset, training-operator later, and the raw peer writes no TFJob).
 /// A server-side dry-run create goes through the same wait and stores

@@ -9,8 +9,8 @@
 //!
 //! [`MAX_RESPONSE_BYTES`] is 64 MiB, below the chart's 256 MiB memory limit
 //! with room for the text, the decoded objects and the rest of the process
-//! (peak RSS 97.1 MiB with 1,000 jobs in the recorded `make test-faults` run,
-//! benches/results/2026-11-27-faults.json). What it allows:
+//! (the 1,000-job fault scenario's peak RSS is in `docs/reliability.md`).
+//! What it allows:
 //! a LIST page of 500 objects (the reflector's page size) averaging 128 KiB
 //! each (a Pod is 5-20 KiB; etcd stores nothing over 1.5 MiB), or an
 //! unpaginated LIST of some 5,000 Pods (the reflector's fallback after an

@@ -16,7 +16,9 @@
 //! - [`discovery`]: which versions of an API group serve a resource, asked
 //!   at startup (client-go's `discovery`);
 //! - [`namespace_gone`]: a write refused because its namespace is being
-//!   deleted or is gone, which no retry changes.
+//!   deleted or is gone, which no retry changes;
+//! - [`work_gauge`]: the work clients' requests in flight, which the event
+//!   writer lets go first.
 //!
 //! Chapter: `docs/11-client-cache-recorder.md`; protobuf in
 //! `docs/01-reflector.md` and `docs/benchmarks.md`.
@@ -34,3 +36,4 @@ pub mod span_status;
 pub mod timeout;
 pub mod unread;
 pub mod window;
+pub mod work_gauge;

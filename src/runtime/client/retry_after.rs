@@ -10,10 +10,9 @@
 //! This replaces kube's `RetryPolicy::server_retry()`, which retries 429, 503
 //! and 504 up to 15 times on an exponential back-off from 5 ms doubling to
 //! 1,000 s, and takes the server's `Retry-After` only when it is longer. Under
-//! a priority level that keeps refusing, the back-off outgrew every deadline:
-//! measured on the bench (`BENCH_APISERVER_INFLIGHT=100`, one seat), POSTs
-//! took 4–60 s and 31 of ~1,000 ran into the 30 s request deadline. The
-//! server's number is the one to follow: APF raises it (1 s up to 32 s) while
+//! a priority level that keeps refusing, the back-off outgrows every
+//! deadline: requests wait far longer than the server asked, and some run
+//! into their request deadline. The server's number is the one to follow: APF raises it (1 s up to 32 s) while
 //! it keeps dropping requests, and lowers it again once they fit.
 //!
 //! The deadline of a request (`client/timeout.rs`) covers its retries; how

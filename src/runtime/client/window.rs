@@ -11,9 +11,9 @@
 //! `Retry-After` it asks for (1 s doubling to 32 s). The operator can have
 //! dozens of writes in flight (4 workers × `--write-concurrency` 16, plus
 //! Events and status writes). Retried as they come (`client/retry_after.rs`),
-//! they keep overflowing the queue: measured on the bench with one seat and a
-//! queue of 5, ours managed ~6 requests/s against training-operator's 41.
-//! The window keeps the number in flight just under what the level accepts:
+//! they keep overflowing the queue, and the refused wait out ever longer
+//! `Retry-After`s while the level sits idle. The window keeps the number in
+//! flight just under what the level accepts:
 //!
 //! - it starts (and is capped) at [`MAX_IN_FLIGHT`], so it costs nothing
 //!   until a 429 arrives;
@@ -29,20 +29,19 @@
 //!   found again, slowly); refused, it cuts as any 429 and the ceiling stays;
 //! - after [`FORGET_AFTER`] without a 429 the ceiling is forgotten.
 //!
-//! Without the ceiling, the window climbed back above the level's room
-//! within a fraction of a second of each cut: the bench (one seat, a queue
-//! of 5) drew about two 429s a second from ours, each refused request
-//! waiting out its `Retry-After`. With it, a level that keeps its room
+//! Without the ceiling, the window climbs back above the level's room
+//! within a fraction of a second of each cut, and each refused request
+//! waits out its `Retry-After`. With it, a level that keeps its room
 //! refuses about one probe per [`PROBE_EVERY`] (the simulated level in the
 //! tests: 12 429s in 60 s, against 160 without the ceiling).
 //!
 //! One window serves every client of the process (`main.rs` hands the same
 //! one to each, `connect::client_builder`): APF gives one identity one
 //! priority level, so the clients share its room. With a window each, the
-//! three clients (manager, Pod and Service control, Events) narrowed apart
-//! and together kept overflowing the level's queue: on 2026-11-27, at
-//! per-client QPS 20 under one seat and a queue of 5, ours drew 277 429s in
-//! its first bench run, where training-operator drew none.
+//! three clients (manager, Pod and Service control, Events) narrow apart
+//! and together keep overflowing the level's queue. The bench runs that
+//! showed each of these are told in `docs/benchmarks.md`, "How this was
+//! behind before".
 //!
 //! A request waits for room before it is sent; its room is given back when
 //! the response head arrives (or the request is dropped). Watches (open for

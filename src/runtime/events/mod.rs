@@ -16,8 +16,11 @@
 //!   is dropped and counted (`{reason="queue_full"}`), as client-go's
 //!   `DropIfChannelFull` does. The filter runs before the channel, where
 //!   client-go runs it after: see `spam.rs` for why.
-//! - [`EventBroadcaster::run`] is the background task that writes them. Before
-//!   writing, the [`EventCorrelator`] decides:
+//! - [`EventBroadcaster::run`] is the background task that writes them,
+//!   after the work: while the work clients have requests out it keeps one
+//!   write out, not eight, and catches up when they are quiet or an Event
+//!   has waited a minute (`work_first.rs`). Before writing, the
+//!   [`EventCorrelator`] decides:
 //!   - aggregation: a repeat of an event already written (same object, type,
 //!     reason and message) patches the existing Event's `count` and
 //!     `lastTimestamp` instead of creating another object.
@@ -44,6 +47,7 @@ mod bounded_map;
 pub mod correlator;
 pub mod sink;
 pub mod spam;
+pub mod work_first;
 pub mod writer;
 
 use std::sync::{Arc, Mutex};
@@ -53,6 +57,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use tokio::sync::mpsc;
 
+use crate::runtime::client::work_gauge::WorkGauge;
 use crate::runtime::metrics::{Counter, CounterFamily, Family, SharedMetrics};
 
 use sink::ApiEventSink;
@@ -64,11 +69,12 @@ use writer::EventBroadcaster;
 /// request at a time, so their Events come no faster than their creates;
 /// ours creates them concurrently, and every create publishes an Event
 /// (Kubeflow's, one per child). On a server saturated by the creates
-/// themselves the writer falls behind until the creates are done: applying
-/// 1,000 four-replica jobs (9,000 Events) on the scale bench left ~4,000
-/// waiting and the 1,000-place queue dropped 3,797 (`make bench-scale`,
-/// 2026-11-27). The queue absorbs such a burst and the writer drains it
-/// after; a sustained overload still drops, and counts, as client-go does.
+/// themselves the writer falls behind until the creates are done (and, by
+/// design, yields to them: `work_first.rs`), so applying a thousand jobs
+/// at once leaves thousands of Events waiting: more than client-go's
+/// queue holds (chapter 11 has what the scale bench measured). The queue
+/// absorbs such a burst and the writer drains it after; a sustained
+/// overload still drops, and counts, as client-go does.
 /// The channel allocates as it fills (tokio's blocks of 32), so the room
 /// costs nothing until used: at most ~8 MB of ~500-byte records.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 16 * 1024;
@@ -101,6 +107,9 @@ pub struct EventRecord {
     pub count: i32,
     /// Wall-clock time of `publish`, written as first/last timestamp.
     pub at: Timestamp,
+    /// When it was published by tokio's clock: how long it has waited to
+    /// be written (`work_first.rs` bounds that wait).
+    pub published: tokio::time::Instant,
     /// Who reported it.
     pub source: Arc<EventSourceInfo>,
     /// Set by the correlator when this event stands for similar ones
@@ -139,6 +148,9 @@ pub struct EventRecorderConfig {
     pub instance: Option<String>,
     /// Events buffered before new ones are dropped.
     pub queue_capacity: usize,
+    /// The work clients' requests in flight, which the writer lets go
+    /// first (`work_first.rs`); None: it never waits for them.
+    pub yield_to: Option<WorkGauge>,
 }
 
 impl EventRecorderConfig {
@@ -149,6 +161,7 @@ impl EventRecorderConfig {
             component: component.into(),
             instance: std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()),
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            yield_to: None,
         }
     }
 }
@@ -211,7 +224,10 @@ pub fn event_recorder(
         spam: Arc::new(Mutex::new(SpamFilter::default())),
         metrics: metrics.clone(),
     };
-    let broadcaster = EventBroadcaster::new(rx, Arc::new(ApiEventSink::new(client)), metrics);
+    let mut broadcaster = EventBroadcaster::new(rx, Arc::new(ApiEventSink::new(client)), metrics);
+    if let Some(work) = config.yield_to {
+        broadcaster = broadcaster.yield_to(work);
+    }
     (recorder, broadcaster)
 }
 
@@ -260,6 +276,7 @@ impl EventRecorder {
             message: message.into(),
             count: count.max(1),
             at: Timestamp::now(),
+            published: tokio::time::Instant::now(),
             source: self.source.clone(),
             combined: false,
         };
@@ -319,6 +336,7 @@ mod tests {
             message: message.into(),
             count: 1,
             at: Timestamp::UNIX_EPOCH,
+            published: tokio::time::Instant::now(),
             source: Arc::new(EventSourceInfo {
                 component: "tfjob-controller".into(),
                 instance: Some("pod-1".into()),

@@ -10,10 +10,10 @@
 //! once: 4,002 for a 2,000-worker job. client-go's controllers create
 //! children one request at a time, so their events trickle in and the
 //! broadcaster filters them as fast as they come; ours creates them
-//! concurrently, and the burst overflowed the 1,000-place queue before the
-//! filter behind it could drop the 3,977 it was going to drop anyway
-//! (`make bench-scale`, 2026-11-27). Filtered here, only the 25 that will
-//! be written are queued. The filter is pure (the caller supplies the time).
+//! concurrently, and the burst would overflow a client-go-sized queue before
+//! the filter behind it could drop what it was going to drop anyway (the
+//! scale bench's 2,000-worker job did: chapter 11). Filtered here, only the
+//! 25 that will be written are queued. The filter is pure (the caller supplies the time).
 use std::time::Duration;
 
 use tokio::time::Instant;

@@ -13,6 +13,10 @@
 //! decided once the write it repeats has landed, and patches that Event
 //! instead of creating a second one.
 //!
+//! While the work clients have requests out, fewer writes go out at once
+//! ([`WorkFirst`], `work_first.rs`): the writes that move jobs forward
+//! come first, the Events catch up after, within a bound, none dropped.
+//!
 //! A failed write is retried only when the server could not be reached
 //! (a transport error: connection refused or reset, timeout, TLS, auth
 //! refresh), as client-go's `recordEvent` does; an answer with any HTTP
@@ -36,23 +40,27 @@ use tokio_util::sync::CancellationToken;
 
 use super::correlator::{Decision, EventCorrelator, ObjectIdentity};
 use super::sink::{EventSink, Written, write};
+use super::work_first::WorkFirst;
 use super::{EventMetrics, EventRecord};
+use crate::runtime::client::work_gauge::WorkGauge;
 
 /// Tries per event while the server cannot be reached (client-go: 12, 10 s
 /// apart; fewer here because one writer task serves every controller).
 const WRITE_ATTEMPTS: u32 = 3;
 /// The pause before an event is tried again.
 const WRITE_RETRY_PAUSE: Duration = Duration::from_secs(1);
-/// Writes in flight at once (each for a different object).
+/// Writes in flight at once (each for a different object) while no work
+/// is out ([`WorkFirst`] lowers it while work is).
 pub const WRITES_IN_FLIGHT: usize = 8;
 /// The most events the writer holds behind a write in flight for their
 /// object. Events come in runs about one object (a TFJob gets one Event per
 /// child it creates, eight for a 4-replica job, all at once), so the writer
-/// must look past a run to find other objects to write: when this bound
-/// was [`WRITES_IN_FLIGHT`] in all, one job's run filled it and the writer
-/// wrote one Event at a time, and a burst of 200 jobs overflowed the
-/// recorder's queue (2026-11-27, `make bench-e2e` at the defaults). Still
-/// bounded, so a full queue means a slow server, and drops, as in client-go.
+/// must look past a run to find other objects to write: were this bound
+/// [`WRITES_IN_FLIGHT`] in all, one job's run would fill it and the writer
+/// would write one Event at a time, too slowly for a burst of jobs (the
+/// run that showed it is in `docs/benchmarks.md`, "Every Event written").
+/// Still bounded, so a full queue means a slow server, and drops, as in
+/// client-go.
 pub const HELD_BEHIND_MOST: usize = 16 * WRITES_IN_FLIGHT;
 
 /// An event the writer holds: new (its write decided when its turn comes),
@@ -98,10 +106,15 @@ pub struct EventBroadcaster {
     /// Oldest first; every retry waits the same pause, so also soonest due
     /// first.
     retries: VecDeque<Retry>,
-    /// The objects with a write in flight, each with the events about it
-    /// that wait for that write to land.
+    /// The objects with a write in flight or parked, each with the events
+    /// about it that wait for that write to land.
     lanes: HashMap<ObjectIdentity, VecDeque<Held>>,
+    /// Objects whose next event waits for room (the budget narrowed while
+    /// their last write was out), oldest first.
+    parked: VecDeque<ObjectIdentity>,
     in_flight: FuturesUnordered<BoxFuture<'static, Landed>>,
+    /// How many writes may be out now.
+    budget: WorkFirst,
     /// Shutting down: what fails now is not tried again.
     closing: bool,
 }
@@ -119,9 +132,17 @@ impl EventBroadcaster {
             metrics,
             retries: VecDeque::new(),
             lanes: HashMap::new(),
+            parked: VecDeque::new(),
             in_flight: FuturesUnordered::new(),
+            budget: WorkFirst::new(None),
             closing: false,
         }
+    }
+
+    /// Has the writer yield to the requests `work` counts ([`WorkFirst`]).
+    pub(super) fn yield_to(mut self, work: WorkGauge) -> Self {
+        self.budget = WorkFirst::new(Some(work));
+        self
     }
 
     /// Writes events until `shutdown`, then writes what is already queued
@@ -131,17 +152,22 @@ impl EventBroadcaster {
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut open = true;
         loop {
+            self.unpark();
             let next_retry = self.retries.front().map(|r| r.due);
             if !open && next_retry.is_none() && self.in_flight.is_empty() {
                 return;
             }
             let room = self.has_room();
+            // Held back for work: look again once it is quiet.
+            let held_back = !self.parked.is_empty() || (!room && !self.rx.is_empty());
+            let yielding = held_back && self.budget.yielding();
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
                 Some(landed) = self.in_flight.next(), if !self.in_flight.is_empty() => {
                     self.landed(landed);
                 }
+                _ = self.budget.quiet(), if yielding => {}
                 next = self.rx.recv(), if open && room => match next {
                     Some(event) => self.hold(Held::new(event)),
                     // Every recorder was dropped: nothing more can arrive.
@@ -161,23 +187,55 @@ impl EventBroadcaster {
             .map(Held::new)
             .chain(self.retries.drain(..).map(|r| r.held))
             .collect();
-        while !waiting.is_empty() || !self.in_flight.is_empty() {
+        loop {
+            self.unpark();
             if self.has_room()
                 && let Some(held) = waiting.pop_front()
             {
                 self.hold(held);
             } else if let Some(landed) = self.in_flight.next().await {
                 self.landed(landed);
+            } else {
+                return;
+            }
+        }
+    }
+
+    /// How many writes may be out now: all of [`WRITES_IN_FLIGHT`] when
+    /// closing, else as the budget says.
+    fn writes_now(&mut self) -> usize {
+        if self.closing {
+            return WRITES_IN_FLIGHT;
+        }
+        if self.rx.is_empty() && self.parked.is_empty() {
+            self.budget.caught_up();
+        }
+        self.budget
+            .writes_now(self.rx.len(), self.rx.max_capacity())
+    }
+
+    /// Starts the next write of parked objects while there is room.
+    fn unpark(&mut self) {
+        while !self.parked.is_empty() && self.in_flight.len() < self.writes_now() {
+            let next = self
+                .parked
+                .pop_front()
+                .and_then(|object| self.lanes.get_mut(&object).and_then(VecDeque::pop_front));
+            if let Some(next) = next {
+                self.start(next);
             }
         }
     }
 
     /// Whether the writer may take one more event: it may start a write
-    /// (fewer than [`WRITES_IN_FLIGHT`] in flight) and hold it behind its
-    /// object's write if it must (fewer than [`HELD_BEHIND_MOST`] held).
-    fn has_room(&self) -> bool {
+    /// (fewer in flight than the budget allows, no object parked ahead of
+    /// it) and hold it behind its object's write if it must (fewer than
+    /// [`HELD_BEHIND_MOST`] held).
+    fn has_room(&mut self) -> bool {
         let waiting: usize = self.lanes.values().map(VecDeque::len).sum();
-        self.in_flight.len() < WRITES_IN_FLIGHT && waiting < HELD_BEHIND_MOST
+        self.parked.is_empty()
+            && self.in_flight.len() < self.writes_now()
+            && waiting < HELD_BEHIND_MOST
     }
 
     /// Starts `held`'s write, or queues it behind the write in flight for
@@ -204,6 +262,7 @@ impl EventBroadcaster {
     /// (create, or patch the Event an earlier write stored) needs that
     /// object's earlier writes to have landed, which they have.
     fn start(&mut self, mut held: Held) {
+        self.budget.starting(held.event.published);
         let decision = held
             .decision
             .take()
@@ -273,11 +332,16 @@ impl EventBroadcaster {
                 }
             }
         }
-        match self.lanes.get_mut(&object).and_then(VecDeque::pop_front) {
-            Some(next) => self.start(next),
-            None => {
-                self.lanes.remove(&object);
+        let more = self.lanes.get(&object).is_some_and(|lane| !lane.is_empty());
+        if !more {
+            self.lanes.remove(&object);
+        } else if self.in_flight.len() < self.writes_now() {
+            if let Some(next) = self.lanes.get_mut(&object).and_then(VecDeque::pop_front) {
+                self.start(next);
             }
+        } else {
+            // The budget narrowed while this write was out.
+            self.parked.push_back(object);
         }
     }
 }

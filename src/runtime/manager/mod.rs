@@ -79,6 +79,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::runtime::cache::factory::InformerFactory;
+use crate::runtime::client::work_gauge::WorkGauge;
 use crate::runtime::events::{EventRecorder, EventRecorderConfig, event_recorder};
 use crate::runtime::leader_election::callbacks::LeaderCallbacks;
 use crate::runtime::leader_election::config::LeaderElectionConfig;
@@ -215,6 +216,8 @@ pub struct Manager {
     recorder: Option<EventRecorder>,
     /// The recorder's client when not the manager's ([`Self::set_event_client`]).
     event_client: Option<kube::Client>,
+    /// The work the recorder's writes yield to ([`Self::events_yield_to`]).
+    event_yield: Option<WorkGauge>,
     secure_metrics: Option<SecureMetrics>,
 }
 
@@ -254,6 +257,7 @@ impl Manager {
             background: Vec::new(),
             recorder: None,
             event_client: None,
+            event_yield: None,
             secure_metrics: None,
         }
     }
@@ -316,6 +320,15 @@ impl Manager {
         }
     }
 
+    /// Has the event recorder write its Events after the requests `work`
+    /// counts (`runtime::events::work_first`). Only before the first
+    /// [`Self::event_recorder`]; later calls change nothing.
+    pub fn events_yield_to(&mut self, work: WorkGauge) {
+        if self.recorder.is_none() {
+            self.event_yield = Some(work);
+        }
+    }
+
     /// An event recorder reporting as `component`. All recorders share one
     /// writer task, started with the HTTP server and stopped after the
     /// runnables, so events published while draining are still written.
@@ -323,11 +336,13 @@ impl Manager {
         if let Some(recorder) = &self.recorder {
             return recorder.for_component(component);
         }
+        let mut config = EventRecorderConfig::new(component);
+        config.yield_to = self.event_yield.clone();
         let (recorder, broadcaster) = event_recorder(
             self.event_client
                 .clone()
                 .unwrap_or_else(|| self.client.clone()),
-            EventRecorderConfig::new(component),
+            config,
             &self.registry,
         );
         self.background
@@ -349,6 +364,7 @@ impl Manager {
             background,
             recorder: _,
             event_client: _,
+            event_yield: _,
             secure_metrics,
         } = self;
 

@@ -2,10 +2,9 @@
 //!
 //! Mirrors what client-go's typed clientsets do by default for built-in
 //! kinds (`rest.Config.ContentType = "application/vnd.kubernetes.protobuf"`):
-//! the API server encodes protobuf about three times faster than JSON
-//! (10,000 Pods listed: 0.36 s against 0.65 s on the machine in
-//! `docs/benchmarks.md`; as a streaming watch-list 0.33 s against 1.05 s),
-//! and the bytes are a third smaller. That is CPU the API server spends on
+//! the API server encodes protobuf faster than JSON and the bytes are a
+//! third smaller (`docs/benchmarks.md`, "Initial sync of 10,000 Pods": the
+//! `ours` and `ours-json` rows). That is CPU the API server spends on
 //! every informer's list and on every watch event.
 //!
 //! There is no Rust protobuf type set that kube can use, and the typed structs

@@ -262,9 +262,9 @@ impl LeaderElector {
                                 // Each renewal restarts the expiry clock when
                                 // the watch shows it, not at our next poll:
                                 // counted from a poll up to 2.2 retry periods
-                                // after the renewal, failover took 3-4 s
-                                // longer in some rounds (issue #29). Never
-                                // earlier than the renewal: as safe as a poll.
+                                // after the renewal, failover would take up to
+                                // that much longer (issue #29). Never earlier
+                                // than the renewal: as safe as a poll.
                                 let seen =
                                     observe(self.state().observed.as_ref(), spec, Instant::now());
                                 self.observed(seen);

@@ -154,14 +154,13 @@ impl<T> Shared<T> {
     /// lock are tens of nanoseconds, but every one of them moves the queue's
     /// cache lines to the core that runs it, and on two cores two threads
     /// taking turns spend most of their time moving lines (one core alone
-    /// runs the hot-key benchmark 3x faster than two). Backing off lets the
+    /// runs the hot-key benchmark faster than two). Backing off lets the
     /// holder's core run a batch of calls with the lines in its cache.
     /// Polling the lock word instead (`is_locked`) pulls its line back on
-    /// every read and was 3x slower; parking at once (parking_lot's own
-    /// spin-then-park) costs the holder a futex wake on unlock. Measured
-    /// (`benches/workqueue.rs`, 8 workers and 2 producers on hot keys, 2
-    /// cores): 22-34 M ops/s parking at once, 49-52 M with this back-off.
-    /// After the last back-off the thread queues in the mutex, which parks
+    /// every read; parking at once (parking_lot's own spin-then-park) costs
+    /// the holder a futex wake on unlock. The variants measured against
+    /// each other are in `docs/benchmarks.md`, "Hot keys: where the bound
+    /// is, and the back-off lock". After the last back-off the thread queues in the mutex, which parks
     /// it and is fair after 0.5 ms. Never sleeps, and never blocks the
     /// thread in a system call while the lock is free.
     fn lock(&self) -> MutexGuard<'_, State<T>> {
