@@ -27,6 +27,9 @@ mod support;
 #[path = "../e2e/operator.rs"]
 mod operator;
 
+#[path = "../e2e/certs.rs"]
+mod certs;
+
 mod audit;
 mod harness;
 mod observer;
@@ -43,3 +46,4 @@ mod requests;
 mod scale;
 mod undecodable;
 mod user_deletes;
+mod write_kills;
