@@ -129,9 +129,11 @@ impl Env {
     /// Waits until `user` has not written for [`QUIET`].
     async fn quiet(&self, what: &str) {
         let user = self.user.clone();
-        wait_until(&format!("{what}: no write for {QUIET:?}"), SETTLE, || async {
-            (self.webhook.quiet_for(&user) >= QUIET).then_some(())
-        })
+        wait_until(
+            &format!("{what}: no write for {QUIET:?}"),
+            SETTLE,
+            || async { (self.webhook.quiet_for(&user) >= QUIET).then_some(()) },
+        )
         .await;
     }
 
@@ -202,7 +204,11 @@ async fn sweep(pass: Pass) {
         "the {} pass broke its invariants with no kill at all: {learned:?}",
         pass.name()
     );
-    eprintln!("the {} pass writes {} times: {writes:?}", pass.name(), writes.len());
+    eprintln!(
+        "the {} pass writes {} times: {writes:?}",
+        pass.name(),
+        writes.len()
+    );
     assert!(
         writes.len() >= 2,
         "the {} pass made {} writes: nothing to kill between ({writes:?})",
@@ -216,12 +222,22 @@ async fn sweep(pass: Pass) {
     } else {
         vec![rng(&format!("write-kills-{}", pass.name())).random_range(1..=writes.len())]
     };
-    let mut results = Vec::new();
+    let (mut results, mut unreached) = (Vec::new(), Vec::new());
     for &n in &positions {
-        results.push(kill_at(&mut env, pass, n, &writes).await);
+        match kill_at(&mut env, pass, n, &writes).await {
+            Some(killed) => results.push(killed),
+            None => unreached.push(n),
+        }
     }
     let elapsed = started.elapsed();
-    let failed: Vec<&Killed> = results.iter().filter(|k| !k.violations.is_empty()).collect();
+    let distinct = writes
+        .iter()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    let failed: Vec<&Killed> = results
+        .iter()
+        .filter(|k| !k.violations.is_empty())
+        .collect();
     let kinds: Vec<String> = results
         .iter()
         .map(|k| format!("{}:{}", k.position, k.write.replace(' ', "_")))
@@ -231,6 +247,7 @@ async fn sweep(pass: Pass) {
         &format!("write-kills-{}", pass.name()),
         &[
             ("writes", writes.len().to_string()),
+            ("distinct_writes", distinct.to_string()),
             (
                 "learned",
                 writes
@@ -240,6 +257,14 @@ async fn sweep(pass: Pass) {
                     .join(","),
             ),
             ("kills", results.len().to_string()),
+            (
+                "unreached",
+                unreached
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
             ("killed_at", kinds.join(",")),
             ("violations", failed.len().to_string()),
             ("slowest_settle_s", format!("{}", slowest.ceil() as u64)),
@@ -248,7 +273,12 @@ async fn sweep(pass: Pass) {
     );
     if !failed.is_empty() {
         for w in env.webhook.log() {
-            eprintln!("{:>8.3}s ago {} {}", w.at.elapsed().as_secs_f64(), w.user, w.what);
+            eprintln!(
+                "{:>8.3}s ago {} {}",
+                w.at.elapsed().as_secs_f64(),
+                w.user,
+                w.what
+            );
         }
     }
     for k in &failed {
@@ -257,6 +287,15 @@ async fn sweep(pass: Pass) {
             k.position, k.write, k.violations
         );
     }
+    // A run may repeat a write (a delete sent twice, a second status
+    // write) or not: only positions past the pass's distinct writes may go
+    // unreached.
+    assert!(
+        unreached.iter().all(|&n| n > distinct) && !results.is_empty(),
+        "the {} pass did not reach write {unreached:?} of its {distinct} distinct ones \
+         in its kill runs",
+        pass.name()
+    );
     assert!(
         failed.is_empty(),
         "{} of {} kills in the {} pass broke its invariants (operator logs in {})",
@@ -268,24 +307,40 @@ async fn sweep(pass: Pass) {
 }
 
 /// A fresh job brought to the pass, the operator killed at write `n`, a new
-/// operator, and the invariants once the job settled.
-async fn kill_at(env: &mut Env, pass: Pass, n: usize, learned: &[String]) -> Killed {
+/// operator, and the invariants once the job settled. `None` when the pass
+/// settled with fewer than `n` writes this time (see the module docs).
+async fn kill_at(env: &mut Env, pass: Pass, n: usize, learned: &[String]) -> Option<Killed> {
     let job = format!("job-{n:02}");
     let before = pass.setup(env, &job).await;
     let pid = env.operator.pid().expect("the operator runs");
     env.webhook.arm(&env.user, pid, &job, Some(n));
     pass.trigger(env, &job).await;
     let what = format!(
-        "the operator's write {n} of the {} pass for {}/{job} (learned: {learned:?})",
+        "the operator's write {n} of the {} pass for {}/{job}, or the pass to settle \
+         without it (learned: {learned:?})",
         pass.name(),
         env.ns
     );
-    wait_until(&what, SETTLE, || async {
-        env.webhook.killed().then_some(())
+    let killed = wait_until(&what, SETTLE, || async {
+        if env.webhook.killed() {
+            return Some(true);
+        }
+        let done = env.webhook.quiet_for(&env.user) >= QUIET
+            && pass.settled(env, &job, &before).await
+            && !env.webhook.killed();
+        done.then_some(false)
     })
     .await;
-    let killed_at = Instant::now();
     let seen = env.webhook.disarm();
+    if !killed {
+        eprintln!(
+            "{} pass: {job} settled after {} writes, write {n} never came: {seen:?}",
+            pass.name(),
+            seen.len()
+        );
+        return None;
+    }
+    let killed_at = Instant::now();
     let write = seen.last().cloned().unwrap_or_default();
     eprintln!(
         "{} pass: killed {} at write {n} ({write})",
@@ -301,6 +356,9 @@ async fn kill_at(env: &mut Env, pass: Pass, n: usize, learned: &[String]) -> Kil
     env.settle(pass, &job, &before).await;
     let settled_s = killed_at.elapsed().as_secs_f64();
     let violations = pass.violations(env, &job, &before).await;
+    if !violations.is_empty() {
+        eprintln!("{} pass, killed at write {n}: {violations:?}", pass.name());
+    }
     // Gone before the next job: fewer objects for the next operator to sync.
     let _ = passes::jobs(env)
         .delete(
@@ -311,10 +369,10 @@ async fn kill_at(env: &mut Env, pass: Pass, n: usize, learned: &[String]) -> Kil
             },
         )
         .await;
-    Killed {
+    Some(Killed {
         position: n,
         write,
         violations,
         settled_s,
-    }
+    })
 }

@@ -207,7 +207,11 @@ impl Pass {
             }
         }
         if now.len() != REPLICAS {
-            out.push(format!("Pods seen at {} indices: {:?}", now.len(), now.keys()));
+            out.push(format!(
+                "Pods seen at {} indices: {:?}",
+                now.len(),
+                now.keys()
+            ));
         }
         match self {
             Pass::Finish => {
@@ -236,7 +240,11 @@ impl Pass {
                     ));
                 }
                 for pod in job_pods(env, job).await.unwrap_or_default() {
-                    if pod.annotations().get(ANNOTATION_POD_GROUP).map(String::as_str) != Some(job)
+                    if pod
+                        .annotations()
+                        .get(ANNOTATION_POD_GROUP)
+                        .map(String::as_str)
+                        != Some(job)
                     {
                         out.push(format!("{} is not in the job's group", pod.name_any()));
                     }

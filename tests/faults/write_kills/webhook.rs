@@ -93,7 +93,10 @@ impl KillingWebhook {
         let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("a webhook port");
-        let port = tcp.local_addr().map(|a: SocketAddr| a.port()).expect("its port");
+        let port = tcp
+            .local_addr()
+            .map(|a: SocketAddr| a.port())
+            .expect("its port");
         let listener = TlsListener::new(tcp, Arc::new(config));
         let shared = Arc::new(Mutex::new(Shared::default()));
         let app = Router::new()
@@ -139,7 +142,11 @@ impl KillingWebhook {
 
     /// Stops counting; returns the target's writes since it was armed.
     pub fn disarm(&self) -> Vec<String> {
-        self.lock().target.take().map(|t| t.seen).unwrap_or_default()
+        self.lock()
+            .target
+            .take()
+            .map(|t| t.seen)
+            .unwrap_or_default()
     }
 
     /// Whether the armed target has been killed.
@@ -178,7 +185,10 @@ impl Drop for KillingWebhook {
 }
 
 /// One AdmissionReview: record, maybe kill, answer.
-async fn review(State(shared): State<Arc<Mutex<Shared>>>, body: Bytes) -> impl axum::response::IntoResponse {
+async fn review(
+    State(shared): State<Arc<Mutex<Shared>>>,
+    body: Bytes,
+) -> impl axum::response::IntoResponse {
     let review: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let request = &review["request"];
     let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
@@ -197,8 +207,13 @@ async fn review(State(shared): State<Arc<Mutex<Shared>>>, body: Bytes) -> impl a
             what: what.clone(),
         });
         match shared.target.as_mut() {
-            Some(t) if t.user == user && t.killed => Some("the operator was killed before this write"),
-            Some(t) if t.user == user && (name == t.job || name.starts_with(&format!("{}-", t.job))) => {
+            Some(t) if t.user == user && t.killed => {
+                Some("the operator was killed before this write")
+            }
+            Some(t)
+                if t.user == user
+                    && (name == t.job || name.starts_with(&format!("{}-", t.job))) =>
+            {
                 t.seen.push(what);
                 if t.kill_at == Some(t.seen.len()) {
                     // Before the answer: the write is never stored.
