@@ -2,9 +2,11 @@
 //! process against the local control plane, as users run it, and faults come
 //! from outside only: signals to the operator and to etcd, a TCP proxy between
 //! the operator and the API server (`proxy`), API Priority and Fairness, a
-//! failing admission webhook, users deleting things. The cluster is observed
-//! independently of the operator: a separate watch counting Pod and Service
-//! creations by UID (`observer`) and the API server's audit log (`audit`).
+//! failing admission webhook, an admission webhook that SIGKILLs the
+//! operator at its N-th write of a pass (`write_kills`), users deleting
+//! things. The cluster is observed independently of the operator: a separate
+//! watch counting Pod and Service creations by UID (`observer`) and the API
+//! server's audit log (`audit`).
 //!
 //! Repeatable: every random choice comes from `FAULT_SEED` (printed at the
 //! start); `FAULT_ROUNDS` sets the rounds; `FAULT_FULL=1` adds the long
@@ -27,6 +29,9 @@ mod support;
 #[path = "../e2e/operator.rs"]
 mod operator;
 
+#[path = "../e2e/certs.rs"]
+mod certs;
+
 mod audit;
 mod harness;
 mod observer;
@@ -43,3 +48,4 @@ mod requests;
 mod scale;
 mod undecodable;
 mod user_deletes;
+mod write_kills;

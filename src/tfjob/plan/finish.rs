@@ -78,6 +78,21 @@ pub(crate) fn clean_up(
             }
         }
     }
+    // Under `All` a Service whose Pod is already gone goes too: a crash
+    // between a slot's Pod delete and its Service delete (the fault
+    // suite's write-kill sweep, `tests/faults/write_kills/`) left it for
+    // the life of the job, since the loop above reaches Services through Pods.
+    if policy == CleanPodPolicy::All && finished_before {
+        for (slot, svc) in &children.services {
+            let pod_left = children
+                .pods
+                .get(slot)
+                .is_some_and(|pods| pods.iter().any(|pod| !terminating(pod)));
+            if !pod_left {
+                p.actions.push(Action::DeleteService { name: svc.clone() });
+            }
+        }
+    }
     if stop_unfinished && is_true(&p.status, condition::FAILED) {
         for (rtype, rs) in p.status.replica_statuses.iter_mut() {
             rs.active = ReplicaType::parse(rtype)

@@ -67,6 +67,34 @@ fn clean_pod_policy_all_deletes_every_pod_and_service_on_success() {
 }
 
 #[test]
+fn clean_pod_policy_all_deletes_a_service_whose_pod_is_already_gone() {
+    // The operator was killed between a slot's Pod delete and its Service
+    // delete: the next cleanup pass sees the Service alone and deletes it.
+    let w = World::new(
+        TfJobFixture::new("j")
+            .chief(1)
+            .workers(1)
+            .clean_pod_policy(CleanPodPolicy::All),
+    )
+    .pod(Chief, 0, "Succeeded", Some(0))
+    .running(Worker, 0)
+    .with_services();
+    let (w, _) = w.settle();
+    let p = w.without_pod("j-worker-0").plan();
+    assert_eq!(deleted_pods(&p), ["j-chief-0"]);
+    let mut services: Vec<&str> = p
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::DeleteService { name } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    services.sort();
+    assert_eq!(services, ["j-chief-0", "j-worker-0"]);
+}
+
+#[test]
 fn clean_pod_policy_running_deletes_running_and_pending_pods_only() {
     let w = World::new(
         TfJobFixture::new("j")
