@@ -89,6 +89,19 @@ fn an_api_error_other_than_conflict_or_overload_fails_the_bench() {
 }
 
 #[test]
+fn a_discovery_404_for_an_api_not_served_is_an_answer_but_a_resources_404_fails() {
+    let run = with(
+        clean("ours-default"),
+        "api_errors_by_code",
+        json!({"404 get -": 3, "404 get pods": 1}),
+    );
+    assert_eq!(
+        verdict::problems(&run),
+        ["jobs × ours-default: 1 × API error 404 get pods"]
+    );
+}
+
+#[test]
 fn a_dropped_or_unwritten_event_fails_the_bench() {
     let found = verdict::problems(&with(clean("ours-matched"), "events_dropped", json!(187)));
     assert_eq!(
