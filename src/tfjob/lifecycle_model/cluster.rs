@@ -84,6 +84,10 @@ pub(super) struct PassFacts {
     pub saw_not_admitted: bool,
     /// The plan found the job finished.
     pub finished: bool,
+    /// It cleaned up a job already finished (its cache said so) under
+    /// `cleanPodPolicy: All`, with a cache that showed every Pod and
+    /// Service the server had: none may be left after it.
+    pub cleaned_up_all: bool,
 }
 
 pub(super) struct World {

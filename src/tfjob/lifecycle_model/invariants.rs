@@ -34,6 +34,13 @@ pub(super) fn check(world: &World) -> Result<(), String> {
                 "{live_pods} Pod(s) left running after a pass saw the Workload not admitted"
             ));
         }
+        let services = world.server.services.len();
+        if pass.cleaned_up_all && services > 0 {
+            return Err(format!(
+                "{services} Service(s) of a job finished under cleanPodPolicy All left after the \
+                 pass that cleaned it up"
+            ));
+        }
         if pass.stopped {
             let live_group = world
                 .server

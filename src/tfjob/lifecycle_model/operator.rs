@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::api::constants::condition;
 use crate::api::defaults::normalize;
+use crate::api::types::CleanPodPolicy;
 use crate::tfjob::children::cached::{CachedPod, CachedService};
 use crate::tfjob::children::scheduling_group::ANNOTATION_POD_GROUP;
 use crate::tfjob::children::{ChildContext, owner_reference, replica_of};
@@ -69,6 +70,10 @@ pub(super) fn pass(world: &mut World, crash_at: Option<usize>, refuse_status: bo
         },
         &PlanConfig::default(),
     );
+    let cleans_up_all = cache.job.status.as_ref().is_some_and(is_finished)
+        && cache.job.spec.run_policy.clean_pod_policy == Some(CleanPodPolicy::All)
+        && cache.pods.keys().eq(world.server.pods.keys())
+        && cache.services.keys().eq(world.server.services.keys());
     world.saw_pods();
     let finished = is_finished(&plan.status);
     let stopped = is_true(&plan.status, condition::SUSPENDED);
@@ -118,6 +123,7 @@ pub(super) fn pass(world: &mut World, crash_at: Option<usize>, refuse_status: bo
         saw_user_suspend: cache.job.spec.run_policy.suspend == Some(true),
         saw_not_admitted: world.kueue && !finished && !admitted(&cache),
         finished,
+        cleaned_up_all: cleans_up_all,
     });
 }
 
