@@ -174,6 +174,15 @@ kueue-down: ## Stop Kueue and remove its webhooks
 demo: ## Build, start the local control plane, run the operator (trace UI on) and examples/, watch them live (stays up)
 	bash e2e/demo.sh
 
+# The first hour, timed (issue #41): TARGET from a fresh clone of HEAD with
+# every cache empty, each step's seconds and the load beside it;
+# FIRST_HOUR_RECORD=<name> keeps them in benches/results/ (the README's
+# "How long" table is rendered from such a file).
+FIRST_HOUR_TARGET ?= demo
+.PHONY: first-hour
+first-hour: ## Time `make $(FIRST_HOUR_TARGET)` (demo, test, demo-real, test-real) as a newcomer meets it: fresh clone, empty caches (FIRST_HOUR_RECORD=<name> keeps the figures in benches/results/)
+	bash e2e/first-hour.sh $(FIRST_HOUR_TARGET) $(FIRST_HOUR_RECORD)
+
 .PHONY: demo-down
 demo-down: ## Stop the demo's operator and the local control plane
 	bash e2e/demo.sh down

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Keeping a measuring run in benches/results/ (benches/results/README.md):
 # sourced by e2e/bench.sh (BENCH_RECORD), e2e/bench-scale.sh (SCALE_RECORD),
-# benches/run.sh (BENCH_RECORD) and e2e/run-suite.sh (FAULT_RECORD), so that the commit, command and
+# benches/run.sh (BENCH_RECORD), e2e/run-suite.sh (FAULT_RECORD) and
+# e2e/first-hour.sh (FIRST_HOUR_RECORD), so that the commit, command and
 # machine of every results file are taken the same way. e2e/record.py
 # writes the file. Needs nothing from e2e/lib.sh.
 #

@@ -92,6 +92,7 @@ mod pictures;
 mod repo;
 mod results;
 mod results_faults;
+mod results_first_hour;
 mod results_machinery;
 mod results_numbers;
 mod results_prose;

@@ -1,6 +1,6 @@
-//! Benchmark tables in `docs/*.md` generated from the committed results
-//! files in `benches/results/` (issue #29, point 11; the folder's README
-//! says what a file holds).
+//! Benchmark tables in `docs/*.md`, and the README's first-hour table,
+//! generated from the committed results files in `benches/results/` (issue
+//! #29, point 11; the folder's README says what a file holds).
 //!
 //! A table sits between `<!-- results: <file> <table> [key=value ...] -->`
 //! and `<!-- /results -->`. [`render`] turns the file into the table;
@@ -38,6 +38,7 @@ pub fn meta_problems(doc: &Value) -> Vec<String> {
     if !holds("runs")
         && !holds("restart")
         && !holds("scenarios")
+        && !crate::results_first_hour::holds_steps(doc)
         && !crate::results_machinery::holds_a_bench(doc)
     {
         found.push("results.runs holds no run".to_owned());
@@ -74,8 +75,10 @@ pub fn render(doc: &Value, spec: &str, load: Load) -> Result<String, String> {
             None => faults::faults_table(doc),
         },
         "faults-run" => faults::run_table(doc),
+        // The README's cold first run (e2e/first-hour.sh).
+        "first-hour" => crate::results_first_hour::first_hour_table(doc),
         other => Err(format!(
-            "unknown table `{other}` (known: runs, medians, scale, restart, headline, faults, faults-run, {})",
+            "unknown table `{other}` (known: runs, medians, scale, restart, headline, faults, faults-run, first-hour, {})",
             crate::results_machinery::TABLES.join(", ")
         )),
     }
@@ -239,7 +242,9 @@ pub fn unbacked_tables(doc: &str, text: &str) -> Vec<String> {
 fn results_tables_in_docs_are_what_their_committed_results_files_render() {
     let write = std::env::var("TFJOB_WRITE_RESULTS").is_ok_and(|v| v == "1");
     let mut problems = Vec::new();
-    for chapter in crate::repo::chapters() {
+    // The README's "How long" table too (e2e/first-hour.sh's runs).
+    let readme = crate::repo::repo_root().join("README.md");
+    for chapter in crate::repo::chapters().into_iter().chain([readme]) {
         let doc = crate::repo::rel(&chapter);
         let text = std::fs::read_to_string(&chapter).expect("a readable chapter");
         let (new, found) = check(&crate::repo::repo_root(), &doc, &text, write);
