@@ -64,6 +64,10 @@ import_images() {
 
 step "tools (control plane, Helm)" bash "$E2E_DIR/tools.sh" core helm
 step "tools (real node)" bash "$E2E_DIR/real-node/tools.sh"
+# Kubeflow's training-operator, which tests/real/switch.rs switches from.
+step "tools (training-operator)" env TRAINING_OPERATOR_VERSION="$KUBEFLOW_TRAINING_OPERATOR_VERSION" bash "$E2E_DIR/peers.sh"
+TFJOB_E2E_TRAINING_OPERATOR="$(TRAINING_OPERATOR_VERSION="$KUBEFLOW_TRAINING_OPERATOR_VERSION" bash "$E2E_DIR/peers.sh" --dir)/bin/training-operator.v1"
+export TFJOB_E2E_TRAINING_OPERATOR
 step "operator image (make image)" make -C "$REPO_DIR" --no-print-directory image
 if cluster_is_up; then bash "$E2E_DIR/cluster.sh" down; fi
 step "cluster.sh up --real-node" bash "$E2E_DIR/cluster.sh" up --real-node

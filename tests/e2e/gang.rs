@@ -23,7 +23,8 @@ use tfjob_operator::api::pod_group::PodGroup;
 use tfjob_operator::api::types::{RestartPolicy, SchedulingPolicy, TFJob};
 
 use crate::cluster::{client, random_suffix, test_namespace, wait_until};
-use crate::operator::{Operator, ensure_crd, http_get};
+use crate::loopback::http_get;
+use crate::operator::{Operator, ensure_crd};
 use crate::support::{drive_pod_exit, kube_minor, shared_cluster};
 
 const SLOW: Duration = Duration::from_secs(90);

@@ -411,7 +411,7 @@ async fn the_detected_crd_is_named_in_the_log_and_on_readyz() {
         "the detection line must name the CRD and {schema}: {line}"
     );
     let (code, body) =
-        crate::operator::http_get(operator.probe_port, "/readyz").expect("an answer on /readyz");
+        crate::loopback::http_get(operator.probe_port, "/readyz").expect("an answer on /readyz");
     assert_eq!(code, 200, "{body}");
     assert!(
         body.contains(&format!("crd tfjobs.kubeflow.org: {schema}")),

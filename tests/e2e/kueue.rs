@@ -41,7 +41,8 @@ use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::TFJob;
 
 use crate::cluster::{client, cluster_dir, random_suffix, test_namespace, wait_until};
-use crate::operator::{Operator, ensure_crd, http_get};
+use crate::loopback::http_get;
+use crate::operator::{Operator, ensure_crd};
 use crate::support::{drive_pod_exit, shared_cluster};
 
 pub(crate) const SLOW: Duration = Duration::from_secs(90);

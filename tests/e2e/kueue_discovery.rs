@@ -20,7 +20,8 @@ use tfjob_operator::api::types::TFJob;
 
 use crate::cluster::{client, delete_namespace, kubectl, test_namespace, wait_until};
 use crate::kueue::job_condition_reason;
-use crate::operator::{Operator, ensure_crd, http_get};
+use crate::loopback::http_get;
+use crate::operator::{Operator, ensure_crd};
 use crate::support::exclusive_cluster;
 
 /// `kubectl <verb> -f -` with `yaml`; Err(stderr) when it fails.

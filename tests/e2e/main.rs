@@ -19,7 +19,11 @@
 
 #[path = "../support/cluster.rs"]
 mod cluster;
+#[path = "../support/loopback.rs"]
+mod loopback;
 mod support;
+#[path = "../support/training_operator.rs"]
+mod training_operator;
 
 mod certs;
 mod example_controller;

@@ -23,7 +23,6 @@
 //! Mirrors: what a platform team does when it switches a production cluster
 //! (Kubeflow removed training-operator from its distribution).
 mod recorder;
-mod training_operator;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -41,8 +40,8 @@ use crate::cluster::{client, delete_namespace, test_namespace, wait_until};
 use crate::lost_node::{DEDICATED, DedicatedNode};
 use crate::operator::{CrdFlavor, Operator, crd_flavor, ensure_crd};
 use crate::support::{drive_pod_exit, shared_cluster};
+use crate::training_operator::TrainingOperator;
 use recorder::Recorder;
-use training_operator::TrainingOperator;
 
 /// How long each operator must leave every Pod and Service as it found
 /// them after it is ready (the stated time).

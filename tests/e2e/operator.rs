@@ -10,8 +10,6 @@
 //! cache): what a user who keeps Kubeflow's CRD (`crd.install=false`) runs.
 #![allow(dead_code)] // Each test module uses a different subset.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -21,6 +19,7 @@ use kube::Client;
 use tokio::sync::OnceCell;
 
 use crate::cluster::{cluster_dir, kubectl, run_ok, wait_crd_established, wait_until};
+use crate::loopback::{free_port, http_get};
 
 static CRD_INSTALLED: OnceCell<()> = OnceCell::const_new();
 
@@ -103,14 +102,6 @@ pub async fn ensure_crd(client: &Client) {
             }
         })
         .await;
-}
-
-/// A free loopback port (bound, then released for the operator to take).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
 
 /// An operator process watching one namespace.
@@ -334,19 +325,4 @@ impl Drop for Operator {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// A minimal HTTP/1.0 GET on loopback: (status code, body).
-pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Some((code, body))
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::cluster::{bin_dir, cluster_dir, wait_until};
-use crate::operator::http_get;
+use crate::loopback::http_get;
 
 /// The scrape job name, as in the chart's rules (`job="tfjob-operator"`).
 pub const JOB: &str = "tfjob-operator";

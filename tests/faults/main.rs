@@ -23,6 +23,9 @@
 #[path = "../support/cluster.rs"]
 mod cluster;
 
+#[path = "../support/loopback.rs"]
+mod loopback;
+
 #[path = "../e2e/support.rs"]
 mod support;
 

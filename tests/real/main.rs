@@ -17,9 +17,14 @@
 
 #[path = "../support/cluster.rs"]
 mod cluster;
+#[path = "../support/loopback.rs"]
+mod loopback;
 mod support;
+#[path = "../support/training_operator.rs"]
+mod training_operator;
 
 mod chart;
 mod gang;
 mod node;
+mod switch;
 mod training;

@@ -42,16 +42,24 @@ use crate::support::{self, Operator};
 /// the machine is quiet, several when it is not.
 const TRAINING_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// A namespace with the programs' ConfigMap and an operator for it.
-struct Setup {
-    client: Client,
-    ns: String,
-    _operator: Operator,
-    started: Instant,
+/// A namespace with the programs' ConfigMap and (once started) our
+/// operator for it. `switch.rs` starts the operator later, after Kubeflow's.
+pub(crate) struct Setup {
+    pub(crate) client: Client,
+    pub(crate) ns: String,
+    operator: Option<Operator>,
+    pub(crate) started: Instant,
 }
 
 impl Setup {
     async fn new(prefix: &str) -> Self {
+        let mut s = Self::without_operator(prefix).await;
+        s.start_operator();
+        s
+    }
+
+    /// The namespace and its programs, with no operator yet.
+    pub(crate) async fn without_operator(prefix: &str) -> Self {
         let client = cluster::client().await;
         support::ensure_crd(&client).await;
         let ns = cluster::test_namespace(&client, prefix).await;
@@ -74,16 +82,22 @@ impl Setup {
             .create(&PostParams::default(), &cm)
             .await
             .expect("create the programs' ConfigMap");
-        let operator = Operator::start(&ns);
         Self {
             client,
             ns,
-            _operator: operator,
+            operator: None,
             started: Instant::now(),
         }
     }
 
-    fn say(&self, what: &str) {
+    /// Starts our operator for the namespace (once).
+    pub(crate) fn start_operator(&mut self) {
+        if self.operator.is_none() {
+            self.operator = Some(Operator::start(&self.ns));
+        }
+    }
+
+    pub(crate) fn say(&self, what: &str) {
         eprintln!(
             "[training {} {:>5.1} s] {what}",
             self.ns,
@@ -92,7 +106,7 @@ impl Setup {
     }
 
     /// Applies an example, renamed to `name`, after `edit` changed it.
-    async fn apply(
+    pub(crate) async fn apply(
         &mut self,
         file: &str,
         name: &str,
@@ -116,7 +130,12 @@ impl Setup {
     }
 
     /// Waits for the job's last condition to be `condition` and returns it.
-    async fn wait_condition(&self, jobs: &Api<TFJob>, name: &str, condition: &str) -> TFJob {
+    pub(crate) async fn wait_condition(
+        &self,
+        jobs: &Api<TFJob>,
+        name: &str,
+        condition: &str,
+    ) -> TFJob {
         let job = cluster::wait_until(
             &format!("TFJob {name} to be {condition}"),
             TRAINING_TIMEOUT,
@@ -132,7 +151,7 @@ impl Setup {
     }
 
     /// Waits until every Pod named in `pods` has logged `needle`.
-    async fn wait_logged(&self, pods: &[String], needle: &str) {
+    pub(crate) async fn wait_logged(&self, pods: &[String], needle: &str) {
         for pod in pods {
             cluster::wait_until(
                 &format!("{pod} to log {needle:?}"),
@@ -152,7 +171,7 @@ impl Setup {
         self.say(&format!("{} logged {needle:?}", pods.join(", ")));
     }
 
-    fn logs(&self, pod: &str) -> String {
+    pub(crate) fn logs(&self, pod: &str) -> String {
         support::logs(&self.ns, pod)
     }
 
@@ -160,7 +179,7 @@ impl Setup {
         cluster::run_ok(cluster::kubectl().args(["logs", "--previous", "-n", &self.ns, pod]))
     }
 
-    async fn pods(&self, name: &str) -> Vec<Pod> {
+    pub(crate) async fn pods(&self, name: &str) -> Vec<Pod> {
         Api::<Pod>::namespaced(self.client.clone(), &self.ns)
             .list(&ListParams::default().labels(&format!("training.kubeflow.org/job-name={name}")))
             .await
@@ -169,7 +188,7 @@ impl Setup {
     }
 }
 
-fn names(job: &str, roles: &[(&str, i32)]) -> Vec<String> {
+pub(crate) fn names(job: &str, roles: &[(&str, i32)]) -> Vec<String> {
     roles
         .iter()
         .flat_map(|(role, n)| (0..*n).map(move |i| format!("{job}-{role}-{i}")))
@@ -178,7 +197,7 @@ fn names(job: &str, roles: &[(&str, i32)]) -> Vec<String> {
 
 /// The epoch losses a replica logged ("epoch 1/2 loss 2.8456"), in order
 /// (not the Evaluator's, which the PS Chief repeats: "evaluated ckpt-2 loss …").
-fn losses(log: &str) -> Vec<f64> {
+pub(crate) fn losses(log: &str) -> Vec<f64> {
     log.lines()
         .filter(|l| l.contains(": epoch "))
         .filter_map(|l| l.split(" loss ").nth(1))
@@ -187,7 +206,7 @@ fn losses(log: &str) -> Vec<f64> {
 }
 
 /// Sets an environment variable on every replica's `tensorflow` container.
-fn set_env(job: &mut serde_json::Value, name: &str, value: &str) {
+pub(crate) fn set_env(job: &mut serde_json::Value, name: &str, value: &str) {
     let Some(specs) = job["spec"]["tfReplicaSpecs"].as_object_mut() else {
         panic!("no tfReplicaSpecs in {job}");
     };
@@ -200,7 +219,7 @@ fn set_env(job: &mut serde_json::Value, name: &str, value: &str) {
 }
 
 /// `status.replicaStatuses[rtype]` as JSON; `null` while there is no status.
-fn replica_status(job: &TFJob, rtype: &str) -> serde_json::Value {
+pub(crate) fn replica_status(job: &TFJob, rtype: &str) -> serde_json::Value {
     let Some(status) = job.status.as_ref() else {
         return serde_json::Value::Null;
     };

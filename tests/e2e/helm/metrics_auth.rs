@@ -21,7 +21,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{Release, service_account_token, token_kubeconfig};
 use crate::cluster::{client, cluster_dir, kubectl, run_ok, test_namespace, wait_until};
-use crate::operator::{Operator, ensure_crd, http_get};
+use crate::loopback::http_get;
+use crate::operator::{Operator, ensure_crd};
 use crate::support::shared_cluster;
 
 /// A certificate and key for `localhost` in `<dir>/tls.crt` and `tls.key`

@@ -21,7 +21,8 @@ use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::TFJob;
 
 use crate::cluster::{client, cluster_dir, helm, run_ok, test_namespace, wait_until};
-use crate::operator::{Operator, ensure_crd, http_get};
+use crate::loopback::http_get;
+use crate::operator::{Operator, ensure_crd};
 use crate::prometheus::url_encode;
 use crate::support::shared_cluster;
 

@@ -25,7 +25,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 
 use crate::cluster::{cluster_dir, kubeconfig_path, wait_until};
-use crate::operator::{free_port, http_get};
+use crate::loopback::{free_port, http_get};
 
 /// Names v1.9.2 hard-codes (`cmd/training-operator.v1/main.go`, `pkg/cert`).
 const SECRET: &str = "training-operator-webhook-cert";
