@@ -74,7 +74,8 @@ log "make $target: exit $rc after $total s"
 
 gathered="$scratch/first-hour.json"
 python3 "$E2E_DIR/first_hour_results.py" --target "make $target" --total "$total" --exit "$rc" \
-  --builds "$scratch/cache/tool-builds.jsonl" --load "$scratch/load.log" >"$gathered"
+  --builds "$scratch/cache/tool-builds.jsonl" --load "$scratch/load.log" \
+  --disk "$scratch"/{cache,gocache,gomod,cargo} >"$gathered"
 log "steps and load: $gathered"
 ((rc == 0)) || die "make $target failed (exit $rc) after $total s: nothing recorded"
 if [[ -n "$name" ]]; then

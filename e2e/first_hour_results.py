@@ -3,7 +3,8 @@
 
 {"target": "make demo", "exit": 0, "total_s": 812,
  "caches": "...", "steps": [{"what", "seconds", "go_packages", "load1"}, ...],
- "load": {"samples": n, "mean_1min": x, "max_1min": y}}
+ "load": {"samples": n, "mean_1min": x, "max_1min": y},
+ "disk_mb": {"cache": ..., "gocache": ..., "gomod": ..., "cargo": ...}}
 
 `steps` are the lines the run appended to the scratch cache's
 tool-builds.jsonl (e2e/lib.sh, record_build): every tool build, the
@@ -11,11 +12,13 @@ operator's cargo build, and for `make demo` its own steps. `load` is the
 1-minute load average sampled every 15 s; the run's own builds count in it
 (cargo and Go side by side kept a cold `make demo` near 4 on 2 cores,
 2026-11-28), so a mean far above that means something else ran beside it.
-Standard library only.
+`disk_mb` is what the run left in each scratch directory (`--disk`), the
+disk a newcomer needs for that target. Standard library only.
 """
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 
@@ -50,6 +53,20 @@ def load(samples):
     }
 
 
+def disk_mb(dirs):
+    sizes = {}
+    for d in dirs:
+        total = 0
+        for root, _, files in os.walk(d):
+            for f in files:
+                try:
+                    total += os.lstat(os.path.join(root, f)).st_size
+                except OSError:
+                    pass
+        sizes[pathlib.Path(d).name] = round(total / 1e6)
+    return sizes
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", required=True)
@@ -57,6 +74,7 @@ def main():
     ap.add_argument("--exit", type=int, required=True)
     ap.add_argument("--builds", type=pathlib.Path, required=True)
     ap.add_argument("--load", type=pathlib.Path, required=True)
+    ap.add_argument("--disk", nargs="*", default=[], metavar="DIR")
     args = ap.parse_args()
     json.dump(
         {
@@ -66,6 +84,7 @@ def main():
             "caches": CACHES,
             "steps": steps(args.builds),
             "load": load(args.load),
+            "disk_mb": disk_mb(args.disk),
         },
         sys.stdout,
         indent=2,
