@@ -53,6 +53,7 @@ impl Kueue {
     /// requests) and gives namespace `ns` a LocalQueue [`QUEUE`] on a
     /// ClusterQueue with room for every job of the pass.
     pub async fn start(client: &Client, ns: &str) -> Self {
+        let started = std::time::Instant::now();
         tokio::task::spawn_blocking(|| {
             run_ok(
                 harness("e2e/kueue.sh")
@@ -63,6 +64,7 @@ impl Kueue {
         })
         .await
         .expect("kueue.sh up");
+        eprintln!("Kueue up in {} s", started.elapsed().as_secs());
         let suffix = random_suffix();
         let kueue = Self {
             cluster_queue: format!("fault-wk-{suffix}"),

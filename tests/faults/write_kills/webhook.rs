@@ -11,7 +11,12 @@
 //! Once armed ([`KillingWebhook::arm`]) for one operator process (its user
 //! and pid) and one job, it counts that process's writes to the job's objects
 //! (named after the job: [`concerns`]) in the order the API server asks
-//! about them. When the N-th arrives it
+//! about them. One request may be asked about more than once: the API
+//! server validates a delete on each storage attempt
+//! (kubernetes/kubernetes#76346), so a finished Pod's delete (grace period
+//! 0) is asked about for the update that sets its `deletionTimestamp`, again
+//! for its removal, and again after a conflict (KWOK deleting it meanwhile).
+//! Each ask is a position: a kill at a later one lands inside the request. When the N-th arrives it
 //! SIGKILLs the process *before* answering, then denies the write, so the
 //! write is never stored: the crash lands exactly before write N. Every later
 //! write of the dead process (one that was already in flight) is denied too.
