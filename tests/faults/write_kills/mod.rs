@@ -26,8 +26,9 @@
 //!    finished and gets no new Pod; no index gets a Pod twice (Pod UIDs as an
 //!    independent watch saw them, [`crate::observer`]); the restarts counted
 //!    equal the failures injected; a stopped gang leaves no live PodGroup and
-//!    resumes in a fresh one; an evicted job is stopped with reason
-//!    `TFJobEvicted`, its quota given back, and once its Workload is
+//!    resumes in a fresh one; an evicted job is stopped (`Suspended`,
+//!    `TFJobEvicted`, then `TFJobQueued` once its quota is given back), and
+//!    once its Workload is
 //!    reactivated it runs again, one new Pod per index, none created before
 //!    the readmission; and the job settles within [`SETTLE`].
 //!

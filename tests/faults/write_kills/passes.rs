@@ -37,8 +37,9 @@ pub enum Pass {
     /// A running gang queued in Kueue (the operator owns its Workload) is
     /// evicted: its Workload is deactivated from outside, Kueue marks it
     /// `Evicted`, and the operator stops the job (PodGroup, Pods and
-    /// Services deleted, `Suspended` with reason `TFJobEvicted`) and gives
-    /// the quota back once no Pod is left.
+    /// Services deleted, `Suspended` with reason `TFJobEvicted`), gives
+    /// the quota back once no Pod is left, and holds the job as queued
+    /// (`TFJobQueued`) while the Workload is pending.
     Evict,
 }
 
