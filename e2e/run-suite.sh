@@ -193,7 +193,10 @@ run_kubeflow_crd_phase() {
 # The fault-injection suite (tests/faults, issue #20), one test at a time (its
 # scenarios disturb the whole cluster). `make test` runs the bounded subset
 # (FAULT_ROUNDS default 3, no 1,000-job scale run); `make test-faults` sets
-# FAULT_FULL=1 and more rounds. FAULT_SEED repeats a run.
+# FAULT_FULL=1 and more rounds. FAULT_SEED repeats a run. No Kueue runs here,
+# but for the write-kill sweep's eviction pass, which starts one itself
+# (e2e/kueue.sh up, workload mode) and stops it when the pass ends (the EXIT
+# trap's kueue_down catches one a crashed test left).
 fault_suite() {
   local skip=()
   # A fresh cluster after the e2e phases: their leftover jobs (and Kubeflow's

@@ -6,10 +6,13 @@
 //! A pass under test is what the operator writes after one trigger until
 //! the job is settled again ([`passes::Pass`]): the finish of a job with
 //! `cleanPodPolicy: All` (the finishing pass and the cleanup pass after it),
-//! a user's suspend of a gang (its PodGroup, Pods and Services deleted), and
-//! the resume of a gang (a fresh PodGroup first, then the Pods and Services).
-//! The writes are counted by an admission webhook the test serves
-//! ([`webhook`]), in the order the API server asks about them:
+//! a user's suspend of a gang (its PodGroup, Pods and Services deleted),
+//! the resume of a gang (a fresh PodGroup first, then the Pods and
+//! Services), and Kueue's eviction of a running gang whose Workload the
+//! operator owns (its PodGroup, Pods and Services deleted, the status, then
+//! the Workload's quota given back). The writes are counted by an admission
+//! webhook the test serves ([`webhook`]), in the order the API server asks
+//! about them:
 //!
 //! 1. **Learn.** One job goes through the pass with no kill; its writes, W
 //!    of them, are printed (`FAULT-RESULT write-kills-<pass> writes=…`).
@@ -23,19 +26,23 @@
 //!    finished and gets no new Pod; no index gets a Pod twice (Pod UIDs as an
 //!    independent watch saw them, [`crate::observer`]); the restarts counted
 //!    equal the failures injected; a stopped gang leaves no live PodGroup and
-//!    resumes in a fresh one; and the job settles within [`SETTLE`].
+//!    resumes in a fresh one; an evicted job is stopped (`Suspended`,
+//!    `TFJobEvicted`, then `TFJobQueued` once its quota is given back), and
+//!    once its Workload is
+//!    reactivated it runs again, one new Pod per index, none created before
+//!    the readmission; and the job settles within [`SETTLE`].
 //!
 //! `make test-faults` (FAULT_FULL=1) sweeps every position of every pass;
 //! the `make test` subset kills each pass at one position chosen by
-//! `FAULT_SEED` (a learn run and one kill each: about 40 s for the three).
+//! `FAULT_SEED` (a learn run and one kill each).
 //!
-//! Not here: Kueue's eviction pass. The fault suite's cluster runs no Kueue
-//! (e2e/run-suite.sh starts it only for the e2e phases); the user's suspend
-//! of a gang stands in for it (the same stop: Pods, Services and PodGroup
-//! deleted), and the lifecycle model covers the Workload's writes.
+//! The eviction pass alone runs with Kueue ([`kueue`]): the test starts it
+//! beside the fault cluster for that pass and stops it after, so the other
+//! scenarios run as without it.
 //!
 //! Leader election is off (`--leader-elect=false`), as in `crash.rs`: a
 //! restarted process would otherwise wait out the dead one's Lease.
+mod kueue;
 mod passes;
 mod webhook;
 
@@ -81,6 +88,13 @@ async fn a_resumed_gang_runs_once_per_index_in_a_fresh_pod_group_when_the_operat
     sweep(Pass::Resume).await;
 }
 
+#[tokio::test]
+#[ignore = "needs the local control plane: make test-faults"]
+async fn an_evicted_gang_gives_its_quota_back_and_runs_again_once_per_index_when_the_operator_is_killed_at_any_of_its_writes()
+ {
+    sweep(Pass::Evict).await;
+}
+
 /// One namespace, its webhook and observer, and the operator process of
 /// the moment (each kill starts the next generation).
 pub struct Env {
@@ -92,6 +106,9 @@ pub struct Env {
     user: String,
     generation: usize,
     flags: Vec<&'static str>,
+    /// Kueue, for the passes that need it; stopped when the pass ends
+    /// (dropped after the operator).
+    _kueue: Option<kueue::Kueue>,
 }
 
 impl Env {
@@ -99,6 +116,11 @@ impl Env {
         let client = client().await;
         ensure_crd(&client).await;
         let ns = test_namespace(&client, &format!("fault-wk-{}", pass.name())).await;
+        let kueue = if pass.needs_kueue() {
+            Some(kueue::Kueue::start(&client, &ns).await)
+        } else {
+            None
+        };
         let webhook = KillingWebhook::start(&ns).await;
         let observer = Observer::start(&client, Some(&ns));
         let mut flags = vec!["--leader-elect=false"];
@@ -113,6 +135,7 @@ impl Env {
             user,
             generation: 0,
             flags,
+            _kueue: kueue,
         }
     }
 
@@ -157,6 +180,33 @@ impl Env {
     }
 }
 
+impl Env {
+    /// Deletes every job of the namespace and waits until their Workloads
+    /// are gone (the operator releases Kueue's finalizer), while the
+    /// operator and Kueue still run: nothing is left holding the namespace.
+    async fn delete_jobs_and_workloads(&self) {
+        let _ = passes::jobs(self)
+            .delete_collection(
+                &DeleteParams {
+                    propagation_policy: Some(PropagationPolicy::Background),
+                    ..DeleteParams::default()
+                },
+                &Default::default(),
+            )
+            .await;
+        let workloads = kueue::workloads(&self.client, &self.ns);
+        wait_until(
+            &format!("the Workloads in {} to be gone", self.ns),
+            SETTLE,
+            || async {
+                let list = workloads.list(&Default::default()).await.ok()?;
+                list.items.is_empty().then_some(())
+            },
+        )
+        .await;
+    }
+}
+
 /// What one kill at one position found.
 struct Killed {
     position: usize,
@@ -187,7 +237,7 @@ async fn sweep(pass: Pass) {
         job,
         None,
     );
-    pass.trigger(&env, job).await;
+    pass.trigger(&env, job, &before).await;
     env.settle(pass, job, &before).await;
     let writes = env.webhook.disarm();
     let learned = pass.violations(&env, job, &before).await;
@@ -296,6 +346,9 @@ async fn sweep(pass: Pass) {
         pass.name(),
         crate::cluster::cluster_dir().join("logs").display()
     );
+    if pass.needs_kueue() {
+        env.delete_jobs_and_workloads().await;
+    }
 }
 
 /// A fresh job brought to the pass, the operator killed at write `n`, a new
@@ -306,7 +359,7 @@ async fn kill_at(env: &mut Env, pass: Pass, n: usize, learned: &[String]) -> Opt
     let before = pass.setup(env, &job).await;
     let pid = env.operator.pid().expect("the operator runs");
     env.webhook.arm(&env.user, pid, &job, Some(n));
-    pass.trigger(env, &job).await;
+    pass.trigger(env, &job, &before).await;
     let what = format!(
         "the operator's write {n} of the {} pass for {}/{job}, or the pass to settle \
          without it (learned: {learned:?})",

@@ -4,17 +4,18 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, ResourceRequirements, Service};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube_runtime::watcher;
-use tfjob_operator::api::constants::condition;
+use tfjob_operator::api::constants::{condition, reason};
 use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::pod_group::PodGroup;
 use tfjob_operator::api::types::{CleanPodPolicy, RestartPolicy, TFJob};
 use tfjob_operator::tfjob::children::scheduling_group::ANNOTATION_POD_GROUP;
 
-use super::{Env, SETTLE};
+use super::{Env, SETTLE, kueue};
 use crate::cluster::wait_until;
 use crate::harness::{create_job, end_pod, finished, has_condition, running};
 
@@ -33,6 +34,13 @@ pub enum Pass {
     Suspend,
     /// A suspended gang is resumed: a fresh PodGroup, then Pods and Services.
     Resume,
+    /// A running gang queued in Kueue (the operator owns its Workload) is
+    /// evicted: its Workload is deactivated from outside, Kueue marks it
+    /// `Evicted`, and the operator stops the job (PodGroup, Pods and
+    /// Services deleted, `Suspended` with reason `TFJobEvicted`), gives
+    /// the quota back once no Pod is left, and holds the job as queued
+    /// (`TFJobQueued`) while the Workload is pending.
+    Evict,
 }
 
 /// The job as the pass began.
@@ -42,6 +50,8 @@ pub struct Before {
     /// The UID of the PodGroup the job had before (for [`Pass::Resume`]:
     /// the one deleted when it was suspended).
     group: Option<String>,
+    /// The job's Workload ([`Pass::Evict`]).
+    workload: Option<String>,
     /// The job's finished condition at every version seen from the trigger on.
     history: Arc<Mutex<Vec<Option<String>>>>,
     watch: tokio::task::JoinHandle<()>,
@@ -67,6 +77,7 @@ impl Pass {
             Pass::Finish => "finish",
             Pass::Suspend => "suspend",
             Pass::Resume => "resume",
+            Pass::Evict => "evict",
         }
     }
 
@@ -75,6 +86,7 @@ impl Pass {
         match self {
             Pass::Finish => vec![],
             Pass::Suspend | Pass::Resume => vec!["--gang-scheduling=on"],
+            Pass::Evict => vec!["--gang-scheduling=on", "--kueue=workload"],
         }
     }
 
@@ -82,12 +94,17 @@ impl Pass {
         self != Pass::Finish
     }
 
+    /// Whether the pass runs with Kueue beside the cluster ([`super::kueue`]).
+    pub fn needs_kueue(self) -> bool {
+        self == Pass::Evict
+    }
+
     /// Retryable failures injected before the pass: the restarts the job
     /// must count.
     fn failures(self) -> i32 {
         match self {
             Pass::Finish => 1,
-            Pass::Suspend | Pass::Resume => 0,
+            Pass::Suspend | Pass::Resume | Pass::Evict => 0,
         }
     }
 
@@ -99,11 +116,17 @@ impl Pass {
             Pass::Finish => fixture
                 .restart_policy(RestartPolicy::ExitCode)
                 .clean_pod_policy(CleanPodPolicy::All),
-            Pass::Suspend | Pass::Resume => fixture.restart_policy(RestartPolicy::Never),
+            Pass::Suspend | Pass::Resume | Pass::Evict => {
+                fixture.restart_policy(RestartPolicy::Never)
+            }
         };
-        create_job(&env.client, &env.ns, fixture).await;
+        if self == Pass::Evict {
+            create_queued_job(env, fixture).await;
+        } else {
+            create_job(&env.client, &env.ns, fixture).await;
+        }
         wait_running(env, job, &[]).await;
-        let mut group = None;
+        let (mut group, mut workload) = (None, None);
         match self {
             Pass::Finish => {
                 let worker = format!("{job}-worker-0");
@@ -119,6 +142,11 @@ impl Pass {
                 })
                 .await;
             }
+            Pass::Evict => {
+                group = Some(live_group(env, job).await.expect("the job's PodGroup"));
+                let w = job_workload(env, job).await.expect("the job's Workload");
+                workload = w.metadata.name;
+            }
         }
         env.quiet("the setup").await;
         let history = Arc::new(Mutex::new(Vec::new()));
@@ -126,12 +154,13 @@ impl Pass {
         Before {
             pods: slots(env, job),
             group,
+            workload,
             history,
             watch,
         }
     }
 
-    pub async fn trigger(self, env: &Env, job: &str) {
+    pub async fn trigger(self, env: &Env, job: &str, before: &Before) {
         match self {
             Pass::Finish => {
                 let chief = format!("{job}-chief-0");
@@ -139,6 +168,10 @@ impl Pass {
             }
             Pass::Suspend => suspend(env, job, true).await,
             Pass::Resume => suspend(env, job, false).await,
+            Pass::Evict => {
+                let name = before.workload.as_deref().expect("the job's Workload");
+                kueue::set_active(&env.client, &env.ns, name, false).await;
+            }
         }
     }
 
@@ -154,6 +187,15 @@ impl Pass {
                     && job_services(env, job).await.is_some_and(|s| s.is_empty())
             }
             Pass::Suspend => has_condition(&tfjob, condition::SUSPENDED) && stopped(env, job).await,
+            Pass::Evict => {
+                let Some(w) = job_workload(env, job).await else {
+                    return false;
+                };
+                has_condition(&tfjob, condition::SUSPENDED)
+                    && kueue::condition_true(&w, "Evicted")
+                    && !kueue::condition_true(&w, "QuotaReserved")
+                    && stopped(env, job).await
+            }
             Pass::Resume => {
                 let Some(pods) = job_pods(env, job).await else {
                     return false;
@@ -231,6 +273,7 @@ impl Pass {
                     out.push(format!("the stopped gang's PodGroup {uid} is live"));
                 }
             }
+            Pass::Evict => out.extend(evicted_then_readmitted(env, job, &tfjob, before).await),
             Pass::Resume => {
                 let group = live_group(env, job).await;
                 if group.is_none() || group == before.group {
@@ -340,4 +383,206 @@ async fn record_history(api: Api<TFJob>, job: String, history: Arc<Mutex<Vec<Opt
             history.lock().expect("history").push(finished(&j));
         }
     }
+}
+
+/// Creates the job in Kueue's LocalQueue, each container asking for one cpu
+/// (the quota Kueue counts).
+async fn create_queued_job(env: &Env, fixture: TfJobFixture) {
+    let mut job = fixture.namespace(&env.ns).build();
+    job.metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(kueue::QUEUE_LABEL.into(), kueue::QUEUE.into());
+    for spec in job.spec.tf_replica_specs.values_mut() {
+        for c in spec
+            .template
+            .spec
+            .iter_mut()
+            .flat_map(|s| s.containers.iter_mut())
+        {
+            c.resources = Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([("cpu".into(), Quantity("1".into()))])),
+                ..ResourceRequirements::default()
+            });
+        }
+    }
+    jobs(env)
+        .create(&PostParams::default(), &job)
+        .await
+        .unwrap_or_else(|e| panic!("failed to create TFJob {}/{}: {e}", env.ns, job.name_any()));
+}
+
+/// The Workload of `job` (the operator creates it, controlled by the job).
+async fn job_workload(env: &Env, job: &str) -> Option<DynamicObject> {
+    let uid = jobs(env).get_opt(job).await.ok().flatten()?.metadata.uid?;
+    kueue::workload_of(&env.client, &env.ns, &uid).await
+}
+
+/// What an eviction must leave, once the job has settled: the job stopped
+/// as our docs say (`Suspended`, reason `TFJobEvicted`; its spec's
+/// `suspend` untouched), the Workload's quota given back; then, reactivated,
+/// the job admitted again and running one new Pod per index, none created
+/// before the readmission, in a fresh PodGroup.
+async fn evicted_then_readmitted(
+    env: &Env,
+    job: &str,
+    tfjob: &TFJob,
+    before: &Before,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    // Evicted (`TFJobEvicted`) while its Pods go; once the quota is given
+    // back the Workload is pending, and the job held like any queued one
+    // (`TFJobQueued`): docs/kueue.md, "What the operator does".
+    let suspended = tfjob.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == condition::SUSPENDED && c.status == "True")
+    });
+    let why = suspended.and_then(|c| c.reason.as_deref());
+    if why != Some(reason::EVICTED) && why != Some(reason::QUEUED) {
+        out.push(format!(
+            "the evicted job's Suspended condition is {suspended:?}, not reason {} or {}",
+            reason::EVICTED,
+            reason::QUEUED
+        ));
+    }
+    if has_condition(tfjob, condition::RUNNING) {
+        out.push("the evicted job's status says Running".to_owned());
+    }
+    let active: i32 = tfjob
+        .status
+        .iter()
+        .flat_map(|s| s.replica_statuses.values())
+        .map(|r| r.active)
+        .sum();
+    if active != 0 {
+        out.push(format!(
+            "the evicted job's status counts {active} active Pods"
+        ));
+    }
+    if tfjob.spec.run_policy.suspend == Some(true) {
+        out.push("the eviction wrote the job's spec.runPolicy.suspend".to_owned());
+    }
+    if let Some(uid) = live_group(env, job).await {
+        out.push(format!("the evicted gang's PodGroup {uid} is live"));
+    }
+    let Some(name) = before.workload.as_deref() else {
+        return vec!["no Workload was seen before the eviction".to_owned()];
+    };
+    match job_workload(env, job).await {
+        Some(w)
+            if kueue::condition_true(&w, "QuotaReserved")
+                || !w.data["status"]["admission"].is_null() =>
+        {
+            out.push(format!(
+                "the evicted Workload {name} still holds quota: {}",
+                w.data["status"]
+            ));
+        }
+        Some(w) if w.metadata.name.as_deref() != Some(name) => {
+            out.push(format!(
+                "the Workload {name} was replaced by {:?}",
+                w.metadata.name
+            ));
+        }
+        Some(_) => {}
+        None => out.push(format!("the Workload {name} is gone")),
+    }
+    if !out.is_empty() {
+        return out;
+    }
+
+    // Reactivated: Kueue admits it again, and it runs once per index.
+    kueue::set_active(&env.client, &env.ns, name, true).await;
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        match readmitted(env, job, before).await {
+            Readmission::Running => break,
+            Readmission::Broken(why) => {
+                out.push(why);
+                return out;
+            }
+            Readmission::Waiting(why) if tokio::time::Instant::now() >= deadline => {
+                out.push(format!(
+                    "not running again {SETTLE:?} after its reactivation: {why}"
+                ));
+                return out;
+            }
+            Readmission::Waiting(_) => {}
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    for (slot, uids) in &slots(env, job) {
+        let had = before.pods.get(slot).map_or(0, Vec::len);
+        if uids.len() != had + 1 {
+            out.push(format!(
+                "{}-{} after the readmission: {} Pod UIDs, {had} before the eviction ({uids:?})",
+                slot.0,
+                slot.1,
+                uids.len()
+            ));
+        }
+    }
+    out
+}
+
+/// Where a reactivated job is.
+enum Readmission {
+    /// Admitted, its three Pods new and running, in a fresh PodGroup.
+    Running,
+    /// Not yet (what is missing).
+    Waiting(String),
+    /// A Pod created before Kueue admitted the job again.
+    Broken(String),
+}
+
+async fn readmitted(env: &Env, job: &str, before: &Before) -> Readmission {
+    let waiting = |why: &str| Readmission::Waiting(why.to_owned());
+    let Some(w) = job_workload(env, job).await else {
+        return waiting("no Workload");
+    };
+    let Some(reserved) = kueue::condition(&w, "QuotaReserved").filter(|c| c["status"] == "True")
+    else {
+        return waiting("the Workload holds no quota");
+    };
+    let Some(admitted_at) = reserved["lastTransitionTime"]
+        .as_str()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+    else {
+        return waiting("QuotaReserved has no lastTransitionTime");
+    };
+    let Ok(tfjob) = jobs(env).get(job).await else {
+        return waiting("the job unread");
+    };
+    let Some(pods) = job_pods(env, job).await else {
+        return waiting("Pods unlisted");
+    };
+    for pod in &pods {
+        let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        // Both are whole seconds: a Pod of the admission's second is after it.
+        if created.is_none_or(|c| c < admitted_at) {
+            return Readmission::Broken(format!(
+                "{} was created at {created:?}, before Kueue admitted the job again at {admitted_at}",
+                pod.name_any()
+            ));
+        }
+    }
+    if !has_condition(&tfjob, condition::RUNNING) || has_condition(&tfjob, condition::SUSPENDED) {
+        return Readmission::Waiting(format!("the job's status: {:?}", tfjob.status));
+    }
+    let up = pods
+        .iter()
+        .filter(|p| running(p) && p.metadata.deletion_timestamp.is_none())
+        .count();
+    if pods.len() != REPLICAS || up != REPLICAS {
+        return Readmission::Waiting(format!("{up} of {} Pods running", pods.len()));
+    }
+    let group = live_group(env, job).await;
+    if group.is_none() || group == before.group {
+        return Readmission::Waiting(format!(
+            "PodGroup {group:?}, the evicted one was {:?}",
+            before.group
+        ));
+    }
+    Readmission::Running
 }

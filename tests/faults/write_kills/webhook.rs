@@ -3,12 +3,20 @@
 //! test mints), registered for the writes the operator makes in a job's
 //! lifecycle — TFJob updates and patches (bookkeeping) and status updates,
 //! Pod and Service creates and deletes, PodGroup creates, updates and
-//! deletes — and only for users named [`USER_PREFIX`]… (a `matchCondition`),
-//! so no other client of the cluster waits on it.
+//! deletes, Kueue Workload creates, updates (their status too: a
+//! server-side apply is an UPDATE to admission) and deletes — and only for
+//! users named [`USER_PREFIX`]… (a `matchCondition`), so no other client of
+//! the cluster (Kueue included) waits on it.
 //!
 //! Once armed ([`KillingWebhook::arm`]) for one operator process (its user
 //! and pid) and one job, it counts that process's writes to the job's objects
-//! in the order the API server asks about them. When the N-th arrives it
+//! (named after the job: [`concerns`]) in the order the API server asks
+//! about them. One request may be asked about more than once: the API
+//! server validates a delete on each storage attempt
+//! (kubernetes/kubernetes#76346), so a finished Pod's delete (grace period
+//! 0) is asked about for the update that sets its `deletionTimestamp`, again
+//! for its removal, and again after a conflict (KWOK deleting it meanwhile).
+//! Each ask is a position: a kill at a later one lands inside the request. When the N-th arrives it
 //! SIGKILLs the process *before* answering, then denies the write, so the
 //! write is never stored: the crash lands exactly before write N. Every later
 //! write of the dead process (one that was already in flight) is denied too.
@@ -115,6 +123,7 @@ impl KillingWebhook {
              \x20 - {{operations: [UPDATE], apiGroups: [kubeflow.org], apiVersions: ['*'], resources: [tfjobs, tfjobs/status]}}\n\
              \x20 - {{operations: [CREATE, DELETE], apiGroups: [''], apiVersions: [v1], resources: [pods, services]}}\n\
              \x20 - {{operations: [CREATE, UPDATE, DELETE], apiGroups: [scheduling.k8s.io], apiVersions: ['*'], resources: [podgroups]}}\n\
+             \x20 - {{operations: [CREATE, UPDATE, DELETE], apiGroups: [kueue.x-k8s.io], apiVersions: ['*'], resources: [workloads, workloads/status]}}\n\
              \x20 namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n\
              \x20 matchConditions: [{{name: operator, expression: \"request.userInfo.username.startsWith('{USER_PREFIX}')\"}}]\n\
              \x20 failurePolicy: Fail\n  sideEffects: None\n  admissionReviewVersions: [v1]\n  timeoutSeconds: 10\n"
@@ -184,6 +193,15 @@ impl Drop for KillingWebhook {
     }
 }
 
+/// Whether an object named `name` is one of job `job`'s: the job, its
+/// Pods, Services and PodGroup (`{job}`, `{job}-…`), and the Workload the
+/// operator makes for it (`tfjob-{job}-{hash}`, Kueue's naming).
+fn concerns(job: &str, name: &str) -> bool {
+    name == job
+        || name.starts_with(&format!("{job}-"))
+        || name.starts_with(&format!("tfjob-{job}-"))
+}
+
 /// One AdmissionReview: record, maybe kill, answer.
 async fn review(
     State(shared): State<Arc<Mutex<Shared>>>,
@@ -210,10 +228,7 @@ async fn review(
             Some(t) if t.user == user && t.killed => {
                 Some("the operator was killed before this write")
             }
-            Some(t)
-                if t.user == user
-                    && (name == t.job || name.starts_with(&format!("{}-", t.job))) =>
-            {
+            Some(t) if t.user == user && concerns(&t.job, &name) => {
                 t.seen.push(what);
                 if t.kill_at == Some(t.seen.len()) {
                     // Before the answer: the write is never stored.
