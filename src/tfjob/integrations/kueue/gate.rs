@@ -336,12 +336,20 @@ pub fn gate(
         }
     }
     if !admitted {
-        return hold(
+        // Deactivated by someone else (an admin, `kubectl patch`): Kueue
+        // admits it only once it is active again, so "waits for admission"
+        // would send the reader to the queue for nothing.
+        let deactivated_by_another = w.spec.active == Some(false) && !deactivated_by_us(w);
+        let message = if deactivated_by_another {
+            format!(
+                "TFJob {name} is held: its Workload {wl_name} is deactivated (spec.active: false), so Kueue does not admit it; set spec.active to true on it to queue again in LocalQueue {queue}."
+            )
+        } else {
             format!(
                 "TFJob {name} is queued: its Workload {wl_name} waits for admission in LocalQueue {queue}."
-            ),
-            Vec::new(),
-        );
+            )
+        };
+        return hold(message, Vec::new());
     }
     match placements(w, seen.flavors) {
         Ok(placements) => Decision {
@@ -518,11 +526,7 @@ pub fn after(
 fn follow_the_users_suspend(job: &TFJob, w: &Workload) -> Option<WorkloadWrite> {
     let suspended = job.spec.run_policy.suspend == Some(true);
     let active = w.spec.active != Some(false);
-    let ours = w
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(ANNOTATION_DEACTIVATED));
+    let ours = deactivated_by_us(w);
     let name = w.metadata.name.clone().unwrap_or_default();
     match (suspended, active) {
         (true, true) => Some(WorkloadWrite::SetActive {
@@ -532,6 +536,14 @@ fn follow_the_users_suspend(job: &TFJob, w: &Workload) -> Option<WorkloadWrite> 
         (false, false) if ours => Some(WorkloadWrite::SetActive { name, active: true }),
         _ => None,
     }
+}
+
+/// Whether we deactivated `w` (for the user's suspend), not someone else.
+fn deactivated_by_us(w: &Workload) -> bool {
+    w.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(ANNOTATION_DEACTIVATED))
 }
 
 fn is_stopped(status: &TFJobStatus) -> bool {

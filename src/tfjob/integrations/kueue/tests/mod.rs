@@ -316,6 +316,27 @@ fn a_job_waits_until_its_workload_is_admitted_then_runs_on_the_flavor() {
 }
 
 #[test]
+fn a_workload_deactivated_by_someone_else_holds_the_job_saying_how_to_queue_it_again() {
+    let job = job(2);
+    let mut w = created(&job);
+    w.spec.active = Some(false);
+    let d = decide(&job, &[Arc::new(w)]);
+    let Gate::Hold(message) = &d.gate else {
+        panic!("expected a hold, got {:?}", d.gate);
+    };
+    assert!(
+        message.contains("is deactivated (spec.active: false)"),
+        "{message}"
+    );
+    assert!(message.contains("set spec.active to true"), "{message}");
+    assert!(!message.contains("waits for admission"), "{message}");
+    assert!(
+        d.writes.is_empty(),
+        "someone else's deactivation is theirs to undo"
+    );
+}
+
+#[test]
 fn an_admission_naming_an_unknown_flavor_holds_and_looks_again() {
     let job = job(1);
     let mut w = admitted(created(&job));
