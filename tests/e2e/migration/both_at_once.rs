@@ -21,6 +21,7 @@
 use std::collections::BTreeSet;
 use std::io::{BufRead, Seek, SeekFrom};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
@@ -112,8 +113,9 @@ impl Identity {
 }
 
 /// The audit log's creates and deletes of Pods and Services in `ns` by
-/// `user` that succeeded, after byte `from` (`e2e/cluster.sh` logs those).
-fn audited_writes(from: u64, ns: &str, user: &str) -> Vec<String> {
+/// `user` that succeeded, after byte `from` (`e2e/cluster.sh` logs those):
+/// when each was stored, and what it was.
+fn audited_writes(from: u64, ns: &str, user: &str) -> Vec<(Timestamp, String)> {
     let path = cluster_dir().join("logs/audit.log");
     let Ok(mut file) = std::fs::File::open(&path) else {
         panic!("no audit log at {}", path.display());
@@ -135,11 +137,11 @@ fn audited_writes(from: u64, ns: &str, user: &str) -> Vec<String> {
                     .as_u64()
                     .is_some_and(|c| (200..300).contains(&c))
         })
-        .map(|e| {
-            format!(
-                "{} {}/{}",
-                e["verb"], e["objectRef"]["resource"], e["objectRef"]["name"]
-            )
+        .filter_map(|e| {
+            let at = e["stageTimestamp"].as_str()?.parse().ok()?;
+            let object = &e["objectRef"];
+            let what = format!("{} {}/{}", e["verb"], object["resource"], object["name"]);
+            Some((at, what))
         })
         .collect()
 }
@@ -227,6 +229,12 @@ async fn with_training_operator_still_running_ours_writes_nothing_to_a_job_it_wr
     ours.wait_ready().await;
     let ours_started = Timestamp::now();
     ours.signal("STOP");
+    // managedFields times have whole seconds, and ours takes a write in
+    // the second it started for history: the failure comes a second later.
+    wait_until("the next second", Duration::from_secs(2), || async {
+        (Timestamp::now().as_second() > ours_started.as_second()).then_some(())
+    })
+    .await;
     let before = jobs.get(JOB).await.expect("the job");
     let first = uid_of(&pods, WORKER).await;
     drive_pod_exit(&client, &ns, WORKER, None, 137).await;
@@ -236,7 +244,8 @@ async fn with_training_operator_still_running_ours_writes_nothing_to_a_job_it_wr
         || async {
             let job = jobs.get_opt(JOB).await.ok().flatten()?;
             let uid = uid_of(&pods, WORKER).await?;
-            let wrote = training_operators_status_write(&job)? > ours_started;
+            let at = training_operators_status_write(&job)?;
+            let wrote = at.as_second() > ours_started.as_second();
             (wrote && Some(&uid) != first.as_ref()).then_some(uid)
         },
     )
@@ -253,6 +262,7 @@ async fn with_training_operator_still_running_ours_writes_nothing_to_a_job_it_wr
     })
     .await;
     let (code, body) = readyz(&ours).await;
+    eprintln!("/readyz while the job is held:\n{body}");
     assert_eq!(code, 200, "a held job does not make ours unready:\n{body}");
     assert!(
         body.contains("another TFJob controller: training-operator")
@@ -328,9 +338,16 @@ async fn with_training_operator_still_running_ours_writes_nothing_to_a_job_it_wr
     );
     let written = audited_writes(takeover, &ns, &identity.user);
     assert!(
-        written.iter().any(|w| w.contains(WORKER)),
+        written.iter().any(|(_, w)| w.contains(WORKER)),
         "the restart after the hold is ours (the audit log names it): {written:#?}"
     );
+    // From the moment ours saw training-operator's write to the end of the
+    // hold, ours wrote no Pod or Service.
+    let early: Vec<_> = audited_writes(mark, &ns, &identity.user)
+        .into_iter()
+        .filter(|(when, _)| *when < last + QUIET - SignedDuration::from_secs(1))
+        .collect();
+    assert!(early.is_empty(), "ours wrote during the hold: {early:#?}");
     let (_, body) = readyz(&ours).await;
     assert!(
         body.contains("another TFJob controller: none seen"),

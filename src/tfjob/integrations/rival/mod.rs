@@ -6,8 +6,8 @@
 //! [`crate::tfjob::kubeflow::rival`]) and steps back.
 //!
 //! The rule, per job ([`writes_it`]): the job is held while another
-//! controller's newest status write is later than this process's start and
-//! less than [`QUIET`] old. A held job gets no write at all (not even an
+//! controller's newest status write is later than this process's start (in
+//! a later second: the times have no more) and less than [`QUIET`] old. A held job gets no write at all (not even an
 //! adoption; the observe phase asks before anything else), one Warning per
 //! job and manager ([`REASON_RIVAL_CONTROLLER`]), and a line in `/readyz`;
 //! its pass looks again when the hold would end.
@@ -66,13 +66,20 @@ impl RivalWrite {
 
 /// Whether another controller writes `job` at `now`, for a process started
 /// at `started` (the rule in the module docs). Pure.
+///
+/// `managedFields` times have whole seconds (truncated), so a write in the
+/// second this process started is taken for history: a move made as the
+/// docs say (training-operator stopped, then this operator started) is
+/// never held, even when the two come within a second. The price: a write
+/// training-operator makes in that first second is missed (its next one
+/// is not).
 pub fn writes_it(job: &TFJob, started: Timestamp, now: Timestamp) -> Option<RivalWrite> {
     let (manager, at) = last_rival_status_write(job)?;
     let write = RivalWrite {
         manager: manager.to_owned(),
         at,
     };
-    (at > started && now < write.until()).then_some(write)
+    (at.as_second() > started.as_second() && now < write.until()).then_some(write)
 }
 
 /// What a pass does about another controller.

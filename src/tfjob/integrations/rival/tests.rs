@@ -61,6 +61,19 @@ fn its_writes_from_before_we_started_are_history() {
 }
 
 #[test]
+fn a_write_in_the_second_we_started_is_history_since_managed_fields_times_have_whole_seconds() {
+    // We started half a second into the second in which training-operator
+    // last wrote (a move as the docs say, done quickly): not held. Its
+    // write in the next second holds the job.
+    let started = at(0) + SignedDuration::from_millis(500);
+    let guard = RivalGuard::new(started, None);
+    let same_second = job_written_by("training-operator.v1", at(0));
+    assert_eq!(guard.check(&key(), &same_second, at(1)), Verdict::Alone);
+    let next_second = job_written_by("training-operator.v1", at(1));
+    assert!(is_held(&guard.check(&key(), &next_second, at(2))));
+}
+
+#[test]
 fn other_managers_and_writes_to_the_main_resource_do_not_hold_a_job() {
     let g = guard();
     let job = job_written_by("kubectl-edit", at(30));
