@@ -12,7 +12,8 @@
 //! - [`plan`]: the lifecycle, pure: one rule per file;
 //! - [`status`], [`apply`], [`observe`]: the phases that touch the API
 //!   server, each with its seam for the integrations;
-//! - [`integrations`]: Kueue, gangs, `managedBy`, each in its own folder;
+//! - [`integrations`]: Kueue, gangs, `managedBy`, another TFJob controller
+//!   (training-operator left running), each in its own folder;
 //! - [`controller`]: the wiring, and `sync()`, the phases in order.
 //!
 //! The lifecycle a job goes through (`docs/08-reconcile.md` draws it):

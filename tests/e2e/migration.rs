@@ -22,6 +22,9 @@
 //!
 //! Mirrors: what a platform team does when it switches a production cluster
 //! (Kubeflow removed training-operator from its distribution).
+//!
+//! [`both_at_once`]: the accident, both running at once.
+mod both_at_once;
 mod recorder;
 
 use std::collections::BTreeMap;

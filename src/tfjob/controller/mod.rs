@@ -28,6 +28,8 @@ use crate::tfjob::integrations::kueue::KueueMode;
 use crate::tfjob::integrations::optional_apis::OptionalApis;
 use crate::tfjob::integrations::optional_apis::discovery::{Discovery, Lines, Wiring};
 use crate::tfjob::integrations::register;
+use crate::tfjob::integrations::rival::RivalGuard;
+use crate::tfjob::kubeflow::rival::keep_rival_status_writes;
 use crate::tfjob::kubeflow::schema::StatusSchema;
 use crate::tfjob::observe::{JOB_NAME_INDEX, Observer};
 use crate::tfjob::plan::PlanConfig;
@@ -88,10 +90,11 @@ pub struct Informers {
     pub services: SharedInformer<CachedService>,
 }
 
-/// Creates the informers: TFJobs, and only the Pods and Services that carry
-/// the job-name label — unrelated Pods in the cluster are never cached
-/// (Kubeflow caches every Pod in scope) — cached without their specs
-/// ([`crate::tfjob::children::cached`]).
+/// Creates the informers: TFJobs, with no `managedFields` but another
+/// TFJob controller's status writes ([`keep_rival_status_writes`]), and
+/// only the Pods and Services that carry the job-name label — unrelated
+/// Pods in the cluster are never cached (Kubeflow caches every Pod in
+/// scope) — cached without their specs ([`crate::tfjob::children::cached`]).
 pub fn informers(
     factory: &InformerFactory,
     namespace: Option<&str>,
@@ -100,6 +103,9 @@ pub fn informers(
     // controller reads, decoded without their specs: see `crate::tfjob::children::cached`.
     let slim_pod: Transform<CachedPod> = Arc::new(slim_status);
     factory.set_transform(slim_pod)?;
+    // What the rival integration reads (`crate::tfjob::integrations::rival`).
+    let rival_writes: Transform<TFJob> = Arc::new(keep_rival_status_writes);
+    factory.set_transform_reading_managed_fields(rival_writes)?;
     let scope = |label: Option<&str>| WatchConfig {
         namespace: namespace.map(str::to_owned),
         label_selector: label.map(str::to_owned),
@@ -148,7 +154,15 @@ pub fn reconciler(
         deferred: Default::default(),
         metrics: metrics.clone(),
     };
-    let integrations = register(&client, &recorder, &apis);
+    let rival = RivalGuard::new(
+        jiff::Timestamp::now(),
+        Some(
+            manager
+                .readiness()
+                .add_changing_detail("another TFJob controller: not looked for yet"),
+        ),
+    );
+    let integrations = register(&client, &recorder, &apis, rival);
     TfJobReconciler {
         observe: Observer {
             client: client.clone(),

@@ -63,6 +63,13 @@ impl TfJobReconciler {
         {
             Observation::Gone => return Ok(None),
             Observation::Waiting => return Ok(Some(EXPECTATIONS_TTL)),
+            Observation::Held { job, hold } => {
+                if let Some((reason, message)) = hold.warning {
+                    tracing::warn!(%key, "{message}");
+                    self.apply.recorder.warning(job.as_ref(), reason, message);
+                }
+                return Ok(Some(hold.recheck_after));
+            }
             Observation::Ready(seen) => seen,
         };
         observe.record("pods", seen.pods.len());

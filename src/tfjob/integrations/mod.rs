@@ -9,7 +9,8 @@
 //! - [`kueue`]: the job's Kueue Workload (admission, eviction, MultiKueue);
 //! - [`managed_by`]: a `managedBy` changed after creation is not acted on;
 //! - [`optional_apis`]: which of their APIs the server serves, found while
-//!   the operator runs.
+//!   the operator runs;
+//! - [`rival`]: a job another TFJob controller writes is left to it.
 //!
 //! Adding one: a folder here, its hooks, and a line in [`register`].
 use std::sync::Arc;
@@ -22,6 +23,7 @@ pub mod gang;
 pub mod kueue;
 pub mod managed_by;
 pub mod optional_apis;
+pub mod rival;
 
 /// The integrations, in the order their hooks run: the gang's PodGroup is
 /// written before the Kueue Workload's writes, and both before any Pod.
@@ -31,11 +33,13 @@ pub struct Registered {
 }
 
 /// Every integration, reading and writing through `client`, `recorder` and
-/// the caches `apis` fills as their APIs are found.
+/// the caches `apis` fills as their APIs are found; `rival` remembers the
+/// jobs another controller writes (its `/readyz` line is the caller's).
 pub fn register(
     client: &kube::Client,
     recorder: &EventRecorder,
     apis: &optional_apis::OptionalApis,
+    rival: rival::RivalGuard,
 ) -> Registered {
     let gang = gang::write::GangWriter {
         client: client.clone(),
@@ -49,6 +53,7 @@ pub fn register(
     let gang_observer = gang::observe::GangObserver { apis: apis.clone() };
     Registered {
         observers: vec![
+            Arc::new(rival),
             Arc::new(managed_by::ManagerMemory::default()),
             Arc::new(gang_observer),
             kueue.clone(),

@@ -1,193 +1,146 @@
-//! "Both at once, by mistake": Kubeflow's training-operator still runs its
-//! TFJob controller beside this one (the chart installed before it was
-//! stopped). Two controllers writing one job's status and deleting its
-//! failed Pods fight until one stops; this one can tell, and step back.
+//! Kubeflow's training-operator seen from a job's `managedFields`: who else
+//! writes TFJob status, and the informer transform that keeps just that of
+//! them. What this operator does about it (no writes while another
+//! controller writes the job, a Warning, a `/readyz` line) is the
+//! integration [`crate::tfjob::integrations::rival`].
 //!
-//! The sign is the job's `managedFields`: an entry for the `status`
-//! subresource whose manager is training-operator's (`training-operator.v1`,
-//! its binary's name, which client-go sends as the user agent) with a time
-//! later than this process's start. An entry older than that is history (the
-//! writes it made before the switch) and is no reason to wait. Field
-//! ownership only moves on a write, so a rival that stopped leaves its last
-//! time behind and is not seen again once this process restarts after it.
-//!
-//! What the controller does with a rival's job (to be wired in
-//! `reconcile.rs`, before the plan, like [`crate::tfjob::integrations::managed_by`]): no write at
-//! all, one Warning ([`REASON_RIVAL_CONTROLLER`]) per job and manager, and a
-//! `/readyz` line. docs/operating.md, "Moving from training-operator".
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
+//! training-operator writes status with full updates of the `status`
+//! subresource (`r.Status().Update`), only when the status it computes
+//! differs from the stored one. The API server records the writer as a
+//! `managedFields` entry (manager: its binary's name, `training-operator.v1`,
+//! which client-go sends as the user agent; subresource `status`), and
+//! moves the entry's time only when that writer changes a field: the time
+//! is when it last changed the job's status.
 use jiff::Timestamp;
 
 use crate::api::types::TFJob;
-use crate::runtime::cache::key::ObjectKey;
 
-/// The Warning's reason.
-pub const REASON_RIVAL_CONTROLLER: &str = "AnotherControllerWritesStatus";
+/// Field managers of controllers known to run TFJobs: training-operator's
+/// binaries (`training-operator.v1`, and the older `training-operator`).
+pub const RIVALS: [&str; 1] = ["training-operator"];
 
-/// Field managers known to run TFJobs: training-operator's binaries.
-const RIVALS: [&str; 1] = ["training-operator"];
+/// Whether `manager` is one of [`RIVALS`].
+pub fn is_rival(manager: &str) -> bool {
+    RIVALS.iter().any(|r| manager.starts_with(r))
+}
 
-/// Another controller's status write to `job` later than `since`: its
+/// The newest status write to `job` by a controller of [`RIVALS`]: its
 /// manager's name and when.
-pub fn status_written_by_rival(job: &TFJob, since: Timestamp) -> Option<(String, Timestamp)> {
+pub fn last_rival_status_write(job: &TFJob) -> Option<(&str, Timestamp)> {
     job.metadata
         .managed_fields
         .iter()
         .flatten()
         .filter(|m| m.subresource.as_deref() == Some("status"))
         .filter_map(|m| {
-            let manager = m.manager.as_deref()?;
-            let at = m.time.as_ref()?.0;
-            (RIVALS.iter().any(|r| manager.starts_with(r)) && at > since)
-                .then(|| (manager.to_owned(), at))
+            let manager = m.manager.as_deref().filter(|m| is_rival(m))?;
+            Some((manager, m.time.as_ref()?.0))
         })
         .max_by_key(|(_, at)| *at)
 }
 
-/// What a pass does about a rival.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Nobody else writes the job: reconcile it.
-    Alone,
-    /// `manager` writes the job's status: no writes. `warning` is the
-    /// Warning's message the first time this job is seen so.
-    Rival {
-        manager: String,
-        warning: Option<String>,
-    },
-}
-
-/// Which jobs were already warned about, for this process's life.
-#[derive(Clone, Debug)]
-pub struct RivalMemory {
-    started: Timestamp,
-    warned: Arc<Mutex<HashMap<ObjectKey, String>>>,
-}
-
-impl RivalMemory {
-    pub fn new(started: Timestamp) -> Self {
-        Self {
-            started,
-            warned: Arc::default(),
-        }
+/// The TFJob informer's transform: keeps of `metadata.managedFields` only
+/// the status entries of [`RIVALS`], without their field sets (who and
+/// when is all [`last_rival_status_write`] reads). A job nobody else writes
+/// is cached without any, as every other kind is; one another controller
+/// writes carries one entry of about a hundred bytes.
+pub fn keep_rival_status_writes(job: &mut TFJob) {
+    let Some(entries) = job.metadata.managed_fields.as_mut() else {
+        return;
+    };
+    entries.retain(|m| {
+        m.subresource.as_deref() == Some("status") && m.manager.as_deref().is_some_and(is_rival)
+    });
+    if entries.is_empty() {
+        job.metadata.managed_fields = None;
+        return;
     }
-
-    pub fn check(&self, key: &ObjectKey, job: &TFJob) -> Verdict {
-        let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((manager, at)) = status_written_by_rival(job, self.started) else {
-            return Verdict::Alone;
-        };
-        let first = warned.get(key) != Some(&manager);
-        warned.insert(key.clone(), manager.clone());
-        let warning = first.then(|| {
-            format!(
-                "{manager} wrote this job's status at {at}, after this operator started: \
-                 two controllers run it; this one makes no writes to it until {manager} stops \
-                 (docs/operating.md, \"Moving from training-operator\")"
-            )
-        });
-        Verdict::Rival { manager, warning }
+    for entry in entries.iter_mut() {
+        entry.fields_v1 = None;
+        entry.fields_type = None;
     }
-
-    /// The `/readyz` line: how many jobs another controller writes.
-    pub fn readyz_line(&self) -> Option<String> {
-        let warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
-        let mut managers: Vec<&str> = warned.values().map(String::as_str).collect();
-        managers.sort_unstable();
-        managers.dedup();
-        (!warned.is_empty()).then(|| {
-            format!(
-                "rival controllers: {} writing the status of {} TFJob(s); not reconciling those",
-                managers.join(", "),
-                warned.len()
-            )
-        })
-    }
+    entries.shrink_to_fit();
 }
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
 
     use super::*;
     use crate::api::fixtures::TfJobFixture;
 
-    const STARTED: i64 = 1_800_000_000;
-
     fn at(secs: i64) -> Timestamp {
-        Timestamp::from_second(STARTED + secs).unwrap()
+        Timestamp::from_second(1_800_000_000 + secs).unwrap()
     }
 
-    fn job_with_status_writer(manager: &str, secs_after_start: i64) -> TFJob {
-        let mut job = TfJobFixture::new("j").workers(1).build();
-        job.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+    fn entry(manager: &str, subresource: Option<&str>, secs: i64) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
             manager: Some(manager.into()),
             operation: Some("Update".into()),
-            subresource: Some("status".into()),
-            time: Some(Time(at(secs_after_start))),
+            subresource: subresource.map(str::to_owned),
+            time: Some(Time(at(secs))),
+            fields_type: Some("FieldsV1".into()),
+            fields_v1: Some(FieldsV1(serde_json::json!({"f:status": {}}))),
             ..Default::default()
-        }]);
-        job
-    }
-
-    fn key() -> ObjectKey {
-        ObjectKey::new(Some("default"), "j")
-    }
-
-    #[test]
-    fn a_status_write_by_training_operator_after_we_started_is_a_rival() {
-        let memory = RivalMemory::new(at(0));
-        let job = job_with_status_writer("training-operator.v1", 30);
-        match memory.check(&key(), &job) {
-            Verdict::Rival { manager, warning } => {
-                assert_eq!(manager, "training-operator.v1");
-                assert!(warning.unwrap().contains("makes no writes to it"));
-            }
-            other => panic!("{other:?}"),
         }
     }
 
-    #[test]
-    fn its_writes_from_before_we_started_are_history() {
-        let memory = RivalMemory::new(at(0));
-        let job = job_with_status_writer("training-operator.v1", -5);
-        assert_eq!(memory.check(&key(), &job), Verdict::Alone);
-        assert_eq!(memory.readyz_line(), None);
+    fn job_with(entries: Vec<ManagedFieldsEntry>) -> TFJob {
+        let mut job = TfJobFixture::new("j").workers(1).build();
+        job.metadata.managed_fields = Some(entries);
+        job
     }
 
     #[test]
-    fn other_managers_and_writes_to_the_main_resource_are_not_rivals() {
-        let memory = RivalMemory::new(at(0));
-        let job = job_with_status_writer("kubectl-edit", 30);
-        assert_eq!(memory.check(&key(), &job), Verdict::Alone);
-        let mut job = job_with_status_writer("training-operator.v1", 30);
-        job.metadata.managed_fields.as_mut().unwrap()[0].subresource = None;
-        assert_eq!(memory.check(&key(), &job), Verdict::Alone);
-    }
-
-    #[test]
-    fn the_warning_is_given_once_per_job_and_readyz_says_so() {
-        let memory = RivalMemory::new(at(0));
-        let job = job_with_status_writer("training-operator.v1", 30);
-        let warnings = (0..3)
-            .filter(|_| {
-                matches!(
-                    memory.check(&key(), &job),
-                    Verdict::Rival {
-                        warning: Some(_),
-                        ..
-                    }
-                )
-            })
-            .count();
-        assert_eq!(warnings, 1);
+    fn the_newest_status_write_of_training_operator_is_found_and_others_are_not_rivals() {
+        let job = job_with(vec![
+            entry("kubectl-client-side-apply", None, 0),
+            entry("tfjob-operator", Some("status"), 50),
+            entry("training-operator.v1", Some("status"), 30),
+            entry("training-operator.v1", None, 40),
+            entry("training-operator", Some("status"), 20),
+        ]);
         assert_eq!(
-            memory.readyz_line().as_deref(),
-            Some(
-                "rival controllers: training-operator.v1 writing the status of 1 TFJob(s); not reconciling those"
-            )
+            last_rival_status_write(&job),
+            Some(("training-operator.v1", at(30)))
         );
+        let ours = job_with(vec![
+            entry("tfjob-operator", Some("status"), 50),
+            entry("training-operator.v1", None, 40),
+        ]);
+        assert_eq!(last_rival_status_write(&ours), None);
+    }
+
+    #[test]
+    fn the_transform_keeps_only_rival_status_entries_without_their_field_sets() {
+        let mut job = job_with(vec![
+            entry("kubectl-client-side-apply", None, 0),
+            entry("tfjob-operator", Some("status"), 50),
+            entry("training-operator.v1", Some("status"), 30),
+            entry("training-operator.v1", None, 40),
+        ]);
+        keep_rival_status_writes(&mut job);
+        let kept = job.metadata.managed_fields.as_deref().unwrap_or_default();
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(kept[0].manager.as_deref(), Some("training-operator.v1"));
+        assert_eq!(kept[0].time, Some(Time(at(30))));
+        assert_eq!(kept[0].fields_v1, None);
+        assert_eq!(
+            last_rival_status_write(&job),
+            Some(("training-operator.v1", at(30)))
+        );
+    }
+
+    #[test]
+    fn a_job_nobody_else_writes_is_cached_without_managed_fields() {
+        let mut job = job_with(vec![
+            entry("kubectl-client-side-apply", None, 0),
+            entry("tfjob-operator", Some("status"), 50),
+        ]);
+        keep_rival_status_writes(&mut job);
+        assert_eq!(job.metadata.managed_fields, None);
+        let mut bare = TfJobFixture::new("j").workers(1).build();
+        keep_rival_status_writes(&mut bare);
+        assert_eq!(bare.metadata.managed_fields, None);
     }
 }

@@ -17,6 +17,7 @@ use crate::tfjob::children::replica_of;
 use crate::tfjob::children::scheduling_group::ANNOTATION_POD_GROUP;
 use crate::tfjob::integrations::gang::GangScheduling;
 use crate::tfjob::integrations::kueue::api::Workload;
+use crate::tfjob::integrations::rival::RivalGuard;
 use crate::tfjob::plan::bookkeeping::Bookkeeping;
 
 use super::Event;
@@ -71,6 +72,8 @@ pub(super) struct Facts {
     pub restart_deletes: i32,
     /// What the last pass saw and did, when it ran to its end.
     pub last_pass: Option<PassFacts>,
+    /// Whether the last pass saw another controller's write, was held, wrote.
+    pub rival_pass: Option<super::rival::RivalPass>,
 }
 
 /// One complete pass, for the invariants that hold right after it.
@@ -96,12 +99,20 @@ pub(super) struct World {
     pub kueue: bool,
     pub gang: GangScheduling,
     pub facts: Facts,
+    /// When the operator's process started, and what it remembers of jobs
+    /// another controller writes (both renewed when it restarts).
+    pub started: Timestamp,
+    pub rival: RivalGuard,
     next_uid: u64,
     clock: i64,
     edits: u32,
 }
 
 const START: i64 = 1_800_000_000;
+
+fn start_time() -> Timestamp {
+    Timestamp::from_second(START).unwrap_or(Timestamp::UNIX_EPOCH)
+}
 
 impl World {
     pub fn new(s: &Scenario) -> Self {
@@ -153,6 +164,8 @@ impl World {
                 GangScheduling::Unavailable
             },
             facts: Facts::default(),
+            started: start_time(),
+            rival: RivalGuard::new(start_time(), None),
             next_uid: 0,
             clock: START,
             edits: 0,
@@ -171,12 +184,16 @@ impl World {
     pub fn step(&mut self, e: &Event) {
         self.clock += 1;
         self.facts.last_pass = None;
+        self.facts.rival_pass = None;
         match e {
             Event::Pass {
                 crash_at,
                 refuse_status,
             } => super::operator::pass(self, *crash_at, *refuse_status),
-            Event::Sync | Event::OperatorRestart => self.cache = self.server.clone(),
+            Event::Sync => self.cache = self.server.clone(),
+            Event::OperatorRestart => self.operator_restarts(),
+            Event::RivalWritesStatus => super::rival::writes_status(self),
+            Event::TimePasses => self.clock += 30,
             Event::PodRuns(i) => self.pod_runs(*i),
             Event::PodExits(i, code) => self.pod_exits(*i, *code),
             Event::PodDeleted(i) => {
@@ -223,6 +240,13 @@ impl World {
                 });
             }
         }
+    }
+
+    /// A new operator process: memory lost, caches relisted, a new start.
+    pub fn operator_restarts(&mut self) {
+        self.cache = self.server.clone();
+        self.started = self.now();
+        self.rival = RivalGuard::new(self.started, None);
     }
 
     fn nth_pod(&self, i: usize) -> Option<String> {

@@ -26,6 +26,7 @@ pub(super) fn check(world: &World) -> Result<(), String> {
     }
     stored_status(world)?;
     restarts(world)?;
+    super::rival::check(world)?;
     admitted_shape(world)?;
     if let Some(pass) = &f.last_pass {
         let live_pods = world.server.pods.len();

@@ -9,11 +9,14 @@
 //! operator restarts (its cache relisted); its cache lags the server
 //! (events arrive late or coalesced: a stale view, as Sieve perturbs it);
 //! Kueue admits, evicts, and loses a flavor; the user suspends, resumes,
-//! scales and edits templates; gangs get a PodGroup.
+//! scales and edits templates; gangs get a PodGroup; another TFJob
+//! controller (training-operator) writes the job's status, and time passes.
 //!
 //! - [`cluster`]: the API server's side (the job, its Pods, Services,
 //!   Workload and PodGroup) and what others do to it;
 //! - [`kueue`]: what Kueue does to the Workload;
+//! - [`rival`]: another controller's status writes, and the rule that a
+//!   pass writes nothing to a job while one writes it;
 //! - [`operator`]: one reconcile pass: [`plan`], then its writes in the
 //!   reconcile's order (bookkeeping, PodGroup, Workload, the rest, status);
 //! - [`invariants`]: what must hold after every step.
@@ -32,6 +35,7 @@ mod cluster;
 mod invariants;
 mod kueue;
 mod operator;
+mod rival;
 
 use cluster::{Scenario, World};
 
@@ -68,6 +72,11 @@ pub(super) enum Event {
     UserScales(i32),
     /// The user edits the Worker template.
     UserEditsTemplate,
+    /// Another TFJob controller (training-operator) writes the job's status.
+    RivalWritesStatus,
+    /// Half a minute passes (the hold on a job another controller wrote
+    /// ends a minute after its last write).
+    TimePasses,
 }
 
 fn event() -> impl Strategy<Value = Event> {
@@ -88,6 +97,8 @@ fn event() -> impl Strategy<Value = Event> {
         1 => Just(Event::UserResumes),
         1 => (1i32..5).prop_map(Event::UserScales),
         1 => Just(Event::UserEditsTemplate),
+        1 => Just(Event::RivalWritesStatus),
+        1 => Just(Event::TimePasses),
     ]
 }
 

@@ -32,7 +32,26 @@ fn in_sending_order(plan: &Plan) -> Vec<&Action> {
     out
 }
 
+/// One pass, as the reconcile runs it: first the rival integration's hold
+/// (the same [`crate::tfjob::integrations::rival::RivalGuard`]), then, if
+/// the job is not held, the plan and its writes. What the pass saw and did
+/// about another controller goes to the facts for [`super::rival::check`].
 pub(super) fn pass(world: &mut World, crash_at: Option<usize>, refuse_status: bool) {
+    let now = world.now();
+    let visible = super::rival::visible(&world.cache.job, world.started, now);
+    let before = format!("{:?}", world.server);
+    let held = super::rival::held(world, now);
+    if !held {
+        pass_unheld(world, crash_at, refuse_status);
+    }
+    world.facts.rival_pass = Some(super::rival::RivalPass {
+        visible,
+        held,
+        wrote: format!("{:?}", world.server) != before,
+    });
+}
+
+fn pass_unheld(world: &mut World, crash_at: Option<usize>, refuse_status: bool) {
     let cache = world.cache.clone();
     let pods: Vec<Arc<CachedPod>> = cache
         .pods
@@ -127,9 +146,10 @@ pub(super) fn pass(world: &mut World, crash_at: Option<usize>, refuse_status: bo
     });
 }
 
-/// The process died: what it had in memory is gone, its caches relist.
+/// The process died: what it had in memory is gone, its caches relist,
+/// and the process that replaces it starts now.
 fn crash(world: &mut World) {
-    world.cache = world.server.clone();
+    world.operator_restarts();
 }
 
 /// Whether the cache shows the job's Workload admitted and not evicted.

@@ -1,7 +1,9 @@
-//! The seam an integration observes through: for each pass, what it reads
-//! of the job from its own caches, handed to the plan as its hooks
-//! ([`PlanHooks`]); and what it lets go of when the job is deleted.
+//! The seam an integration observes through: for each pass, whether the
+//! job is to be left alone ([`Hold`]), what it reads of the job from its
+//! own caches, handed to the plan as its hooks ([`PlanHooks`]); and what it
+//! lets go of when the job is deleted.
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 
@@ -18,9 +20,25 @@ pub struct AsPlanned {
     pub warning: Option<(&'static str, String)>,
 }
 
+/// A pass that leaves the job alone: nothing written to it or its
+/// children, not even an adoption (another controller writes it).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Hold {
+    /// Look again after this long, when the hold may be over.
+    pub recheck_after: Duration,
+    /// A Warning to record on the job, the first time.
+    pub warning: Option<(&'static str, String)>,
+}
+
 /// An integration's hooks into the observe phase. Reads only: the writes
 /// of [`Self::let_go`] are the one exception, for a job that is gone.
 pub trait ObserveHooks: Send + Sync {
+    /// Whether this pass must leave the job alone (`job` as the informer
+    /// cached it); asked before anything else is read or written.
+    fn hold(&self, _key: &ObjectKey, _job: &TFJob) -> Option<Hold> {
+        None
+    }
+
     /// What this integration reads of the job for this pass, as its hooks
     /// into the plan; `None` when it is not in use (its API not served).
     fn observe(&self, key: &ObjectKey, job: &TFJob) -> Option<Box<dyn PlanHooks>>;

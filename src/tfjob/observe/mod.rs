@@ -1,6 +1,8 @@
 //! **Observe**: the job and its children from the informer caches, the
 //! children claimed (adopted or released) as the job's selector says, and
-//! what each integration reads of the job ([`integration::ObserveHooks`]).
+//! what each integration reads of the job ([`integration::ObserveHooks`]);
+//! or, when an integration holds the job, nothing more
+//! ([`integration::Hold`]: another controller writes it).
 
 use std::sync::Arc;
 
@@ -26,7 +28,7 @@ use crate::tfjob::status::read_your_writes::WrittenStatus;
 
 pub mod integration;
 
-use integration::ObserveHooks;
+use integration::{Hold, ObserveHooks};
 
 /// The index (on the Pod and Service informers) of children by job name:
 /// how orphans that match a job are found without a scan.
@@ -58,6 +60,11 @@ pub enum Observation {
     Gone,
     /// Our own writes are not all in the caches yet: act on nothing.
     Waiting,
+    /// An integration holds the job (`job`, as cached): write nothing to it.
+    Held {
+        job: Arc<TFJob>,
+        hold: Hold,
+    },
     Ready(Seen),
 }
 
@@ -151,6 +158,13 @@ impl Observer {
             }
             return Ok(Observation::Gone);
         };
+        // Before anything that could write (an adoption, Kueue's finalizer):
+        // a job another controller writes is left to it.
+        for integration in &self.integrations {
+            if let Some(hold) = integration.hold(key, &cached) {
+                return Ok(Observation::Held { job: cached, hold });
+            }
+        }
         // As stored (or as our last write left it), and with the status we
         // planned but have not written yet over it, to plan from.
         let stored = self.written.newest(key, cached);

@@ -12,6 +12,12 @@
 //! controller of the process reads. It is set once per kind, before the first
 //! informer of that kind, since every controller sharing the factory sees it.
 //!
+//! A kind's transform may also ask to read `metadata.managedFields`
+//! ([`InformerFactory::set_transform_reading_managed_fields`]): informers
+//! of every other kind drop them while decoding, as controller-runtime's
+//! `TransformStripManagedFields` does; that one keeps them for the
+//! transform, which trims them to what its controller reads.
+//!
 //! It must never start an informer implicitly on a read (controller-runtime's
 //! lazy informers caused surprise cluster-wide watches), and never create two
 //! informers for one (kind, config).
@@ -112,12 +118,27 @@ struct Entry {
     started: bool,
 }
 
+/// A kind's transform, and whether it reads `metadata.managedFields`.
+struct KindTransform<K> {
+    transform: Transform<K>,
+    reads_managed_fields: bool,
+}
+
+impl<K> Clone for KindTransform<K> {
+    fn clone(&self) -> Self {
+        Self {
+            transform: self.transform.clone(),
+            reads_managed_fields: self.reads_managed_fields,
+        }
+    }
+}
+
 /// Creates and owns the shared informers of one process. Cloning shares it.
 #[derive(Clone)]
 pub struct InformerFactory {
     client: kube::Client,
     entries: Arc<Mutex<HashMap<(TypeId, WatchConfig), Entry>>>,
-    /// Kind → its `Transform<K>`, boxed as `Any`.
+    /// Kind → its [`KindTransform<K>`], boxed as `Any`.
     transforms: Arc<Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>>,
     metrics_registered: Arc<AtomicBool>,
 }
@@ -133,7 +154,8 @@ impl InformerFactory {
     }
 
     /// Has every informer of kind `K` apply `transform` to each object
-    /// before caching it (after `managedFields` are dropped). For what no
+    /// before caching it (after `managedFields` are dropped; see
+    /// [`Self::set_transform_reading_managed_fields`] for the exception). For what no
     /// controller sharing this factory reads: the TFJob controller drops
     /// the `spec` of the Pods and Services it owns, since it reads only
     /// their metadata and status.
@@ -141,6 +163,32 @@ impl InformerFactory {
     /// Refused once an informer of `K` exists (its objects are cached
     /// already), and when `K` has a transform already.
     pub fn set_transform<K: Object>(&self, transform: Transform<K>) -> Result<(), FactoryError> {
+        self.set_kind_transform(KindTransform {
+            transform,
+            reads_managed_fields: false,
+        })
+    }
+
+    /// [`Self::set_transform`] for a transform that reads
+    /// `metadata.managedFields`: informers of `K` keep them for it instead
+    /// of dropping them while decoding, and the transform trims them to
+    /// what its controller reads (the TFJob controller keeps the status
+    /// writes of another TFJob controller, to step back from its jobs).
+    /// Every other kind still drops them.
+    pub fn set_transform_reading_managed_fields<K: Object>(
+        &self,
+        transform: Transform<K>,
+    ) -> Result<(), FactoryError> {
+        self.set_kind_transform(KindTransform {
+            transform,
+            reads_managed_fields: true,
+        })
+    }
+
+    fn set_kind_transform<K: Object>(
+        &self,
+        transform: KindTransform<K>,
+    ) -> Result<(), FactoryError> {
         let kind = || K::kind(&()).into_owned();
         // Lock order: entries, then transforms (as `informer` does).
         let entries = self.lock();
@@ -156,12 +204,24 @@ impl InformerFactory {
     }
 
     /// The transform set for `K`, if any.
-    fn transform<K: Object>(&self) -> Option<Transform<K>> {
+    fn transform<K: Object>(&self) -> Option<KindTransform<K>> {
         let transforms = self.transforms.lock().unwrap_or_else(|p| p.into_inner());
         transforms
             .get(&TypeId::of::<K>())
-            .and_then(|t| t.downcast_ref::<Transform<K>>())
+            .and_then(|t| t.downcast_ref::<KindTransform<K>>())
             .cloned()
+    }
+
+    /// How an informer of `K` with `config` lists, watches and decodes.
+    fn reflector_config<K: Object>(&self, config: WatchConfig) -> ReflectorConfig<K> {
+        let kind = self.transform::<K>();
+        ReflectorConfig {
+            label_selector: config.label_selector,
+            field_selector: config.field_selector,
+            strip_managed_fields: !kind.as_ref().is_some_and(|k| k.reads_managed_fields),
+            transform: kind.map(|k| k.transform),
+            ..ReflectorConfig::default()
+        }
     }
 
     /// Exports `tfjob_operator_informer_*` metrics (lists, watches, decode failures, last
@@ -236,13 +296,8 @@ impl InformerFactory {
         let informer = SharedInformer::new(
             Arc::new(list_watch),
             InformerConfig {
-                reflector: ReflectorConfig {
-                    label_selector: config.label_selector,
-                    field_selector: config.field_selector,
-                    transform: self.transform::<K>(),
-                    ..ReflectorConfig::default()
-                },
                 resync: config.resync,
+                reflector: self.reflector_config(config),
             },
         );
         entries.insert(
@@ -351,6 +406,34 @@ mod tests {
         );
         assert!(factory.transform::<Pod>().is_some());
         assert!(factory.transform::<ConfigMap>().is_none());
+        let keep: Transform<Pod> = Arc::new(|_| {});
+        let err = factory
+            .set_transform_reading_managed_fields(keep)
+            .unwrap_err();
+        assert!(
+            matches!(err, FactoryError::TransformSetTwice { .. }),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn only_a_kind_whose_transform_reads_managed_fields_keeps_them() {
+        let factory = InformerFactory::new(offline_client());
+        let keep: Transform<ConfigMap> = Arc::new(|_| {});
+        factory
+            .set_transform_reading_managed_fields(keep)
+            .expect("the first is set");
+        factory.set_transform(no_spec()).expect("the first is set");
+        let config_maps = factory.reflector_config::<ConfigMap>(WatchConfig::default());
+        assert!(!config_maps.strip_managed_fields);
+        assert!(config_maps.transform.is_some());
+        let pods = factory.reflector_config::<Pod>(WatchConfig::default());
+        assert!(pods.strip_managed_fields, "a plain transform sees none");
+        assert!(pods.transform.is_some());
+        let services =
+            factory.reflector_config::<k8s_openapi::api::core::v1::Service>(WatchConfig::default());
+        assert!(services.strip_managed_fields, "nor does a kind without one");
+        assert!(services.transform.is_none());
     }
 
     #[tokio::test]

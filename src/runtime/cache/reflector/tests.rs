@@ -491,6 +491,40 @@ async fn the_default_transform_strips_managed_fields() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_transform_that_reads_managed_fields_sees_them_and_caches_what_it_keeps() {
+    let lw = ScriptedListWatch::new()
+        .list(Ok(page(vec![cm_json("a", "1")], "5", None)))
+        .watch(open(vec![]));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen_by_transform = seen.clone();
+    let transform: Transform<ConfigMap> = Arc::new(move |cm: &mut ConfigMap| {
+        let managers = cm.metadata.managed_fields.iter().flatten();
+        seen_by_transform
+            .lock()
+            .unwrap()
+            .extend(managers.filter_map(|m| m.manager.clone()));
+        if let Some(entries) = cm.metadata.managed_fields.as_mut() {
+            entries.retain(|m| m.operation.as_deref() == Some("Update"));
+        }
+    });
+    let config = ReflectorConfig {
+        strip_managed_fields: false,
+        transform: Some(transform),
+        ..paginated()
+    };
+    let r = start(lw, config);
+    settle(1.0).await;
+    let popped = r.fifo.try_pop_with(|d| d.deltas[0].object().clone());
+    let obj = popped.expect("a is queued");
+    assert_eq!(*seen.lock().unwrap(), ["kubectl"]);
+    assert_eq!(
+        obj.metadata.managed_fields,
+        Some(vec![]),
+        "what the transform dropped is not cached"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_silent_watch_is_abandoned_after_its_timeout_plus_grace() {
     let lw = ScriptedListWatch::new()
         .list(Ok(page(vec![], "5", None)))
