@@ -31,14 +31,15 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tfjob_operator::tfjob::integrations::rival::{QUIET, REASON_RIVAL_CONTROLLER};
 
-use super::training_operator::TrainingOperator;
 use super::{SLOW, is_true, manifest, replica, tfjobs, uid_of, wait_job};
 use crate::cluster::{
     client, cluster_dir, delete_namespace, kubeconfig_path, kubectl, run_ok, test_namespace,
     wait_until,
 };
-use crate::operator::{CrdFlavor, Operator, crd_flavor, ensure_crd, http_get};
+use crate::loopback::http_get;
+use crate::operator::{CrdFlavor, Operator, crd_flavor, ensure_crd};
 use crate::support::{drive_pod_exit, shared_cluster, warnings};
+use crate::training_operator::TrainingOperator;
 
 const JOB: &str = "contested";
 const WORKER: &str = "contested-worker-0";
