@@ -80,6 +80,7 @@ pub fn client_builder(
     window: &Arc<Window>,
     fence: &WriteFence,
 ) -> Result<ClientBuilder<ApiService>, kube::Error> {
+    name_ourselves(&mut config);
     if config.proxy_url.is_some() {
         tracing::warn!(
             "a proxy-url is configured: using kube's HTTP/1.1 client, so a dead connection is noticed only at a request's deadline"
@@ -124,6 +125,25 @@ pub fn client_builder(
             .build(https);
     let service = over_connection(&config, window, fence, client)?;
     Ok(ClientBuilder::new(service, config.default_namespace))
+}
+
+/// Our User-Agent, as client-go sends its binary's name and version: the
+/// API server names a write's field manager after it (`managedFields`), so
+/// without one our writes are owned by "unknown", and the audit log tells
+/// who sent a request by it. A header the kubeconfig sets is kept.
+pub const USER_AGENT: &str = concat!("tfjob-operator/", env!("CARGO_PKG_VERSION"));
+
+fn name_ourselves(config: &mut kube::Config) {
+    if !config
+        .headers
+        .iter()
+        .any(|(name, _)| name == http::header::USER_AGENT)
+    {
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static(USER_AGENT),
+        ));
+    }
 }
 
 /// The layers between kube's `Client` and `connection`, outermost first.
@@ -363,6 +383,46 @@ mod tests {
             sent.load(Ordering::SeqCst),
             1,
             "the queued write must not reach the server"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_request_says_it_is_ours_so_the_server_names_our_field_manager_after_us() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = Arc::clone(&seen);
+        let server = tower::service_fn(move |request: http::Request<Body>| {
+            let agent = request
+                .headers()
+                .get(http::header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            record.lock().expect("not poisoned").push(agent);
+            async { Ok::<_, std::convert::Infallible>(created("c")) }
+        });
+        let mut config = kube::Config::new("http://127.0.0.1:6443".parse().expect("a URL"));
+        name_ourselves(&mut config);
+        let fence = WriteFence::new();
+        fence.grant_until(Instant::now() + Duration::from_secs(10));
+        let service = over_connection(&config, &Window::new(MAX_IN_FLIGHT), &fence, server)
+            .expect("the stack");
+        let api: Api<ConfigMap> = Api::namespaced(ClientBuilder::new(service, "a").build(), "a");
+        api.create(&PostParams::default(), &configmap("c"))
+            .await
+            .expect("created");
+        let seen = seen.lock().expect("not poisoned").clone();
+        assert_eq!(seen, [Some(USER_AGENT.to_owned())]);
+        assert!(USER_AGENT.starts_with("tfjob-operator/"));
+
+        let mut theirs = kube::Config::new("http://127.0.0.1:6443".parse().expect("a URL"));
+        theirs.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static("kubectl-like/1"),
+        ));
+        name_ourselves(&mut theirs);
+        assert_eq!(
+            theirs.headers.len(),
+            1,
+            "a User-Agent the kubeconfig sets is kept"
         );
     }
 
