@@ -30,8 +30,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ResourceRequirements};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
@@ -43,7 +42,7 @@ use tfjob_operator::api::types::TFJob;
 use crate::cluster::{client, cluster_dir, random_suffix, test_namespace, wait_until};
 use crate::loopback::http_get;
 use crate::operator::{Operator, ensure_crd};
-use crate::support::{drive_pod_exit, shared_cluster};
+use crate::support::{drive_pod_exit, request_cpu, shared_cluster};
 
 pub(crate) const SLOW: Duration = Duration::from_secs(90);
 const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
@@ -235,19 +234,7 @@ impl Env {
         if let Some(class) = priority_class {
             labels.insert(PRIORITY_LABEL.into(), class.into());
         }
-        for spec in job.spec.tf_replica_specs.values_mut() {
-            for c in spec
-                .template
-                .spec
-                .iter_mut()
-                .flat_map(|s| s.containers.iter_mut())
-            {
-                c.resources = Some(ResourceRequirements {
-                    requests: Some(BTreeMap::from([("cpu".into(), Quantity("1".into()))])),
-                    ..ResourceRequirements::default()
-                });
-            }
-        }
+        request_cpu(&mut job, "1");
         self.jobs
             .create(&PostParams::default(), &job)
             .await

@@ -215,11 +215,9 @@ async fn snapshot(jobs: &Api<DynamicObject>) -> BTreeMap<String, DynamicObject> 
     all
 }
 
-#[tokio::test]
-#[ignore = "needs the local control plane: make e2e"]
-async fn jobs_move_from_training_operator_to_ours_and_back_with_no_pod_deleted_or_created_and_no_count_reset()
- {
-    let _cluster = shared_cluster().await;
+/// A client and a fresh namespace under Kubeflow's CRD (these tests run
+/// beside training-operator, which serves only that CRD's jobs as it ships).
+async fn kubeflow_crd_namespace(prefix: &str) -> (Client, String) {
     assert_eq!(
         crd_flavor(),
         CrdFlavor::Kubeflow,
@@ -227,7 +225,16 @@ async fn jobs_move_from_training_operator_to_ours_and_back_with_no_pod_deleted_o
     );
     let client = client().await;
     ensure_crd(&client).await;
-    let ns = test_namespace(&client, "migration").await;
+    let ns = test_namespace(&client, prefix).await;
+    (client, ns)
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make e2e"]
+async fn jobs_move_from_training_operator_to_ours_and_back_with_no_pod_deleted_or_created_and_no_count_reset()
+ {
+    let _cluster = shared_cluster().await;
+    let (client, ns) = kubeflow_crd_namespace("migration").await;
     let node = DedicatedNode::create(&client, &ns).await;
     let jobs = tfjobs(&client, &ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);

@@ -475,3 +475,23 @@ pub async fn warnings(client: &Client, ns: &str, reason: &str) -> Vec<String> {
         .filter_map(|e| e.message)
         .collect()
 }
+
+/// Gives every container of `job` a CPU request of `cpu`: what Kueue's
+/// quota counts (a job without requests takes none of it).
+pub fn request_cpu(job: &mut TFJob, cpu: &str) {
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    for spec in job.spec.tf_replica_specs.values_mut() {
+        for c in spec
+            .template
+            .spec
+            .iter_mut()
+            .flat_map(|s| s.containers.iter_mut())
+        {
+            c.resources = Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([("cpu".into(), Quantity(cpu.into()))])),
+                ..ResourceRequirements::default()
+            });
+        }
+    }
+}

@@ -31,13 +31,10 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tfjob_operator::tfjob::integrations::rival::{QUIET, REASON_RIVAL_CONTROLLER};
 
-use super::{SLOW, is_true, manifest, replica, tfjobs, uid_of, wait_job};
-use crate::cluster::{
-    client, cluster_dir, delete_namespace, kubeconfig_path, kubectl, run_ok, test_namespace,
-    wait_until,
-};
+use super::{SLOW, is_true, kubeflow_crd_namespace, manifest, replica, tfjobs, uid_of, wait_job};
+use crate::cluster::{cluster_dir, delete_namespace, kubeconfig_path, kubectl, run_ok, wait_until};
 use crate::loopback::http_get;
-use crate::operator::{CrdFlavor, Operator, crd_flavor, ensure_crd};
+use crate::operator::Operator;
 use crate::support::{drive_pod_exit, shared_cluster, warnings};
 use crate::training_operator::TrainingOperator;
 
@@ -196,14 +193,7 @@ async fn readyz(ours: &Operator) -> (u16, String) {
 async fn with_training_operator_still_running_ours_writes_nothing_to_a_job_it_writes_warns_once_and_takes_over_a_minute_after_it_stops()
  {
     let _cluster = shared_cluster().await;
-    assert_eq!(
-        crd_flavor(),
-        CrdFlavor::Kubeflow,
-        "this test runs under Kubeflow's CRD, beside training-operator: make e2e-kubeflow-crd"
-    );
-    let client = client().await;
-    ensure_crd(&client).await;
-    let ns = test_namespace(&client, "both-at-once").await;
+    let (client, ns) = kubeflow_crd_namespace("both-at-once").await;
     let jobs = tfjobs(&client, &ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let identity = Identity::create(&client, &ns).await;

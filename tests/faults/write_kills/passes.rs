@@ -4,8 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, ResourceRequirements, Service};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube_runtime::watcher;
@@ -18,6 +17,7 @@ use tfjob_operator::tfjob::children::scheduling_group::ANNOTATION_POD_GROUP;
 use super::{Env, SETTLE, kueue};
 use crate::cluster::wait_until;
 use crate::harness::{create_job, end_pod, finished, has_condition, running};
+use crate::support::request_cpu;
 
 const LABEL_JOB: &str = "training.kubeflow.org/job-name";
 /// Every job: one Chief and two Workers.
@@ -393,19 +393,7 @@ async fn create_queued_job(env: &Env, fixture: TfJobFixture) {
         .labels
         .get_or_insert_with(BTreeMap::new)
         .insert(kueue::QUEUE_LABEL.into(), kueue::QUEUE.into());
-    for spec in job.spec.tf_replica_specs.values_mut() {
-        for c in spec
-            .template
-            .spec
-            .iter_mut()
-            .flat_map(|s| s.containers.iter_mut())
-        {
-            c.resources = Some(ResourceRequirements {
-                requests: Some(BTreeMap::from([("cpu".into(), Quantity("1".into()))])),
-                ..ResourceRequirements::default()
-            });
-        }
-    }
+    request_cpu(&mut job, "1");
     jobs(env)
         .create(&PostParams::default(), &job)
         .await
