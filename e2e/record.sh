@@ -43,9 +43,10 @@ record_write() {
   local name="$1" command="$2" prefixes="$3" kind="$4" source="$5" repo settings out
   repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
   record_check_name "$name" || return 1
-  # Every knob it ran with, but not the paths (directories, binaries) of this machine.
+  # Every knob it ran with, but not the paths (directories, binaries) of this
+  # machine; none at all is fine (grep finding nothing is not a failure).
   settings=$(env | grep -E "^($prefixes)_[A-Z_]+=" | grep -Ev '^[A-Z]+_RECORD=' |
-    grep -Ev '_(DIR|BIN)=' | sort | tr '\n' ' ')
+    grep -Ev '_(DIR|BIN)=' | sort | tr '\n' ' ' || true)
   out="$repo/benches/results/$name.json"
   python3 "$repo/e2e/record.py" "$out" "--$kind" "$source" \
     --commit "${RECORD_COMMIT:?record_begin was not called}" \
