@@ -6,9 +6,12 @@
 //! the cluster exclusively: every operator at `--kueue=auto` would find the
 //! CRDs.
 //!
-//! A discovery error from outside (the other half of the defect) is shown
-//! at unit level (`src/tfjob/integrations/optional_apis/tests.rs`); see docs/kueue.md for
-//! why APF could not inject it here.
+//! A discovery error from outside (the other half of the defect): Kueue's
+//! group version is made to answer 503 by taking over the API server's own
+//! APIService for it (`v1beta2.kueue.x-k8s.io`, which the aggregator
+//! manages for a CRD group) and pointing it at a Service that does not
+//! exist, as an aggregated API that is down (metrics-server gone) answers.
+//! The operator at `auto` must not take that for "no Kueue".
 use std::io::Write;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -220,5 +223,280 @@ async fn kueue_installed_after_the_operator_started_is_found_and_queued_jobs_are
     .await;
     drop(operator);
     crds.delete();
+    delete_namespace(&client, &ns).await;
+}
+
+/// The APIService through which the API server serves Kueue's CRD group
+/// version (created and kept by the aggregator's autoregister controller).
+const KUEUE_API_SERVICE: &str = "v1beta2.kueue.x-k8s.io";
+/// Autoregister keeps an APIService's spec only while it carries this label.
+const AUTOMANAGED: &str = "kube-aggregator.kubernetes.io/automanaged";
+
+fn patch_kueue_api_service(patch: &str) -> Result<(), String> {
+    let out = kubectl()
+        .args([
+            "patch",
+            "apiservice",
+            KUEUE_API_SERVICE,
+            "--type=merge",
+            "-p",
+            patch,
+        ])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// Kueue's APIService taken over from outside: no longer managed by
+/// autoregister, and proxied to a Service that does not exist, so the
+/// aggregator answers 503 for `/apis/kueue.x-k8s.io/v1beta2` (the group
+/// itself is still listed). Given back when dropped, however the test ends:
+/// later tests of the pass use Kueue's API.
+struct BrokenKueueApi;
+
+impl BrokenKueueApi {
+    fn take_over() -> Self {
+        // One write: with the label still on, autoregister would put the
+        // spec back.
+        let patch = format!(
+            r#"{{"metadata":{{"labels":{{"{AUTOMANAGED}":null}}}},"spec":{{"service":{{"namespace":"default","name":"no-such-kueue","port":443}},"insecureSkipTLSVerify":true}}}}"#
+        );
+        patch_kueue_api_service(&patch).unwrap_or_else(|e| panic!("take the APIService over: {e}"));
+        Self
+    }
+
+    /// Served by the API server itself again, and managed by autoregister.
+    /// Then deleted, for autoregister to create it afresh: the aggregated
+    /// discovery (`/apis`, which the garbage collector reads) keeps the
+    /// version `Stale` after the patch alone, so the Workloads of deleted
+    /// jobs would never be collected.
+    fn restore(&self) -> Result<(), String> {
+        patch_kueue_api_service(&format!(
+            r#"{{"metadata":{{"labels":{{"{AUTOMANAGED}":"true"}}}},"spec":{{"service":null,"insecureSkipTLSVerify":null}}}}"#
+        ))?;
+        let out = kubectl()
+            .args([
+                "delete",
+                "apiservice",
+                KUEUE_API_SERVICE,
+                "--ignore-not-found",
+            ])
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+}
+
+impl Drop for BrokenKueueApi {
+    fn drop(&mut self) {
+        if let Err(e) = self.restore() {
+            eprintln!("could not give {KUEUE_API_SERVICE} back: {e}");
+        }
+    }
+}
+
+/// What `kubectl get --raw /apis/kueue.x-k8s.io/v1beta2` answers: the body,
+/// or the error kubectl printed.
+fn kueue_group_version() -> Result<String, String> {
+    let out = kubectl()
+        .args(["get", "--raw", "/apis/kueue.x-k8s.io/v1beta2"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make e2e"]
+async fn a_discovery_error_is_not_taken_for_no_kueue_and_a_queued_job_waits_until_kueue_answers() {
+    let _cluster = exclusive_cluster().await;
+    let client = client().await;
+    let installed = kubectl()
+        .args(["get", "crd", "workloads.kueue.x-k8s.io"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if installed {
+        eprintln!("skipping: Kueue's CRDs are installed already");
+        return;
+    }
+    ensure_crd(&client).await;
+    let ns = test_namespace(&client, "kueue-error").await;
+    let jobs: Api<TFJob> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    let crds = Applied::new(kueue_crds());
+    wait_until(
+        "the API server to serve Kueue's Workloads",
+        Duration::from_secs(60),
+        || async {
+            kueue_group_version()
+                .ok()?
+                .contains("\"workloads\"")
+                .then_some(())
+        },
+    )
+    .await;
+    let broken = BrokenKueueApi::take_over();
+    let error = wait_until(
+        "Kueue's group version to answer 503",
+        Duration::from_secs(60),
+        || async {
+            kueue_group_version()
+                .err()
+                .filter(|e| e.contains("ServiceUnavailable"))
+        },
+    )
+    .await;
+    eprintln!(
+        "kubectl get --raw /apis/kueue.x-k8s.io/v1beta2: {}",
+        error.trim()
+    );
+
+    // Queued before the operator starts: nothing must run it while the
+    // server cannot say whether Kueue is there.
+    jobs.create(&PostParams::default(), &queued_job("queued", &ns))
+        .await
+        .expect("create queued");
+    let started = Instant::now();
+    let operator = Operator::start(&ns);
+    let port = operator.probe_port;
+    let log = operator.log.display().to_string();
+    let (code, body) = wait_until(
+        &format!("/readyz to answer about Kueue (log: {log})"),
+        Duration::from_secs(60),
+        || async move {
+            http_get(port, "/readyz").filter(|(code, body)| {
+                *code == 200 || body.contains("could not ask the API server for kueue.x-k8s.io")
+            })
+        },
+    )
+    .await;
+    assert_ne!(code, 200, "ready while discovery answered 503: {body}");
+    assert!(
+        body.contains("503") || body.contains("unable to handle the request"),
+        "/readyz does not name the error: {body}"
+    );
+    eprintln!(
+        "{:.1} s after the start, /readyz ({code}):\n{body}",
+        started.elapsed().as_secs_f64()
+    );
+    // The error window: the job gets no Pod and the operator stays unready.
+    let window = Duration::from_secs(15);
+    let since = Instant::now();
+    while since.elapsed() < window {
+        assert_eq!(
+            job_pods(&pods, "queued").await,
+            0,
+            "queued ran while discovery answered 503 (log: {log})"
+        );
+        let (code, body) = http_get(port, "/readyz").expect("/readyz");
+        assert_ne!(code, 200, "ready while discovery answered 503: {body}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    // The error goes away: Kueue is found and the job is held.
+    broken
+        .restore()
+        .unwrap_or_else(|e| panic!("give {KUEUE_API_SERVICE} back: {e}"));
+    let restored = Instant::now();
+    let (_, body) = wait_until(
+        &format!("Kueue to be found once discovery answers (log: {log})"),
+        Duration::from_secs(60),
+        || async move {
+            http_get(port, "/readyz").filter(|(code, body)| {
+                *code == 200 && body.contains("kueue.x-k8s.io/v1beta2 Workloads served")
+            })
+        },
+    )
+    .await;
+    eprintln!(
+        "ready {:.1} s after the APIService was given back:\n{body}",
+        restored.elapsed().as_secs_f64()
+    );
+    let workloads = crate::kueue::kueue_api(&client, "Workload", "workloads", Some(&ns));
+    wait_until(
+        &format!("queued to be held with a Workload (log: {log})"),
+        Duration::from_secs(60),
+        || async {
+            let job = jobs.get_opt("queued").await.ok().flatten()?;
+            let reason = job_condition_reason(&job, "Suspended")?;
+            let has_workload = !workloads
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .is_empty();
+            (reason == "TFJobQueued" && has_workload).then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "held as queued {:.1} s after the APIService was given back",
+        restored.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        job_pods(&pods, "queued").await,
+        0,
+        "queued ran unadmitted (log: {log})"
+    );
+    let queued = jobs.get("queued").await.expect("queued");
+    assert_ne!(
+        queued.spec.run_policy.suspend,
+        Some(true),
+        "held without writing its spec"
+    );
+
+    // As above: the operator takes Kueue's finalizer off the Workloads of
+    // deleted jobs; then the CRDs can go.
+    jobs.delete_collection(&Default::default(), &ListParams::default())
+        .await
+        .expect("delete the jobs");
+    wait_until(
+        "the Workloads to be gone",
+        Duration::from_secs(60),
+        || async {
+            workloads
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+    drop(operator);
+    drop(broken);
+    crds.delete();
+    // Gone before the next test asks whether Kueue's CRDs are installed.
+    wait_until(
+        "Kueue's CRDs to be gone",
+        Duration::from_secs(60),
+        || async {
+            let listed = kubectl()
+                .args([
+                    "get",
+                    "crd",
+                    "workloads.kueue.x-k8s.io",
+                    "resourceflavors.kueue.x-k8s.io",
+                ])
+                .args(["--ignore-not-found", "-o", "name"])
+                .output()
+                .ok()?;
+            (listed.status.success() && listed.stdout.is_empty()).then_some(())
+        },
+    )
+    .await;
     delete_namespace(&client, &ns).await;
 }
