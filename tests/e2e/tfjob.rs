@@ -822,8 +822,14 @@ async fn job_metrics_count_each_job_once_even_across_operator_restarts() {
         "training_operator_jobs_created_total{{job_namespace=\"{}\",framework=\"tensorflow\"}} 1",
         env.ns
     );
-    let metrics = env.operator.metrics();
-    assert!(metrics.contains(&created), "{metrics}");
+    // Counted once the status write that added `Created` has returned to
+    // the operator, which can be after a watch shows the condition: poll.
+    let operator = &env.operator;
+    let metrics = wait_until("the job to be counted as created", SLOW, || async {
+        let m = operator.metrics();
+        m.contains(&created).then_some(m)
+    })
+    .await;
     assert!(metrics.contains("workqueue_adds_total"), "{metrics}");
     assert!(
         metrics.contains("controller_runtime_reconcile_total"),
