@@ -202,8 +202,19 @@ async fn kueue_installed_after_the_operator_started_is_found_and_queued_jobs_are
         "held without writing its spec"
     );
 
-    // The operator removes Kueue's finalizer from the Workloads of deleted
-    // jobs; then the CRDs can go.
+    delete_jobs_and_their_workloads(&jobs, &workloads).await;
+    drop(operator);
+    crds.delete();
+    delete_namespace(&client, &ns).await;
+}
+
+/// Deletes the test's jobs and waits until their Workloads are gone: the
+/// operator takes Kueue's finalizer off a deleted job's Workloads, and only
+/// then can Kueue's CRDs be deleted.
+async fn delete_jobs_and_their_workloads(
+    jobs: &Api<TFJob>,
+    workloads: &Api<kube::api::DynamicObject>,
+) {
     jobs.delete_collection(&Default::default(), &ListParams::default())
         .await
         .expect("delete the jobs");
@@ -221,9 +232,6 @@ async fn kueue_installed_after_the_operator_started_is_found_and_queued_jobs_are
         },
     )
     .await;
-    drop(operator);
-    crds.delete();
-    delete_namespace(&client, &ns).await;
 }
 
 /// The APIService through which the API server serves Kueue's CRD group
@@ -457,25 +465,7 @@ async fn a_discovery_error_is_not_taken_for_no_kueue_and_a_queued_job_waits_unti
         "held without writing its spec"
     );
 
-    // As above: the operator takes Kueue's finalizer off the Workloads of
-    // deleted jobs; then the CRDs can go.
-    jobs.delete_collection(&Default::default(), &ListParams::default())
-        .await
-        .expect("delete the jobs");
-    wait_until(
-        "the Workloads to be gone",
-        Duration::from_secs(60),
-        || async {
-            workloads
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .is_empty()
-                .then_some(())
-        },
-    )
-    .await;
+    delete_jobs_and_their_workloads(&jobs, &workloads).await;
     drop(operator);
     drop(broken);
     crds.delete();
