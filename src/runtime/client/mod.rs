@@ -18,7 +18,9 @@
 //! - [`namespace_gone`]: a write refused because its namespace is being
 //!   deleted or is gone, which no retry changes;
 //! - [`work_gauge`]: the work clients' requests in flight, which the event
-//!   writer lets go first.
+//!   writer lets go first, and their fastest recent round trip
+//!   ([`fastest_recent`]), against which the writer tells a queue at the
+//!   server.
 //!
 //! Chapter: `docs/11-client-cache-recorder.md`; protobuf in
 //! `docs/01-reflector.md` and `docs/benchmarks.md`.
@@ -26,6 +28,7 @@
 pub mod body;
 pub mod connect;
 pub mod discovery;
+pub mod fastest_recent;
 pub mod fence;
 pub mod metrics;
 pub mod namespace_gone;

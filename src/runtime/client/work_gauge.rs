@@ -15,7 +15,9 @@
 //! (the next worker's pass, the next round of creates), and a gap must not
 //! let a full round of Events in ahead of the next run. Watches (open for
 //! minutes) and Lease requests (leader election's, which move no job) do
-//! not count. The gauge never delays a request.
+//! not count. The gauge never delays a request. It also keeps the fastest
+//! work round trip of the last minutes ([`FastestRecent`]): the server's
+//! time without a queue, which the writer compares its own writes with.
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -26,6 +28,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
+use super::fastest_recent::FastestRecent;
 use super::timeout::is_watch;
 
 /// How long work counts as busy after its last request came back.
@@ -36,6 +39,8 @@ struct State {
     in_flight: usize,
     /// When the last request came back (the gauge's start before any).
     last_back: Instant,
+    /// The fastest work round trip of the last minutes.
+    fastest: FastestRecent,
 }
 
 #[derive(Debug)]
@@ -66,6 +71,7 @@ impl WorkGauge {
                 state: Mutex::new(State {
                     in_flight: 0,
                     last_back: Instant::now() - LINGER,
+                    fastest: FastestRecent::default(),
                 }),
                 idle: Notify::new(),
             }),
@@ -81,7 +87,14 @@ impl WorkGauge {
         self.lock().in_flight += 1;
         WorkGuard {
             gauge: self.clone(),
+            since: Instant::now(),
         }
+    }
+
+    /// The fastest work round trip of the last
+    /// [`WINDOW`](super::fastest_recent::WINDOW), if any came back.
+    pub fn fastest_recent(&self) -> Option<Duration> {
+        self.lock().fastest.get()
     }
 
     /// Whether work is out now, or came back less than [`LINGER`] ago.
@@ -111,9 +124,10 @@ impl WorkGauge {
         }
     }
 
-    fn back(&self) {
+    fn back(&self, since: Instant) {
         let last = {
             let mut state = self.lock();
+            state.fastest.record(since.elapsed());
             state.in_flight = state.in_flight.saturating_sub(1);
             state.last_back = Instant::now();
             state.in_flight == 0
@@ -128,11 +142,12 @@ impl WorkGauge {
 #[derive(Debug)]
 pub struct WorkGuard {
     gauge: WorkGauge,
+    since: Instant,
 }
 
 impl Drop for WorkGuard {
     fn drop(&mut self) {
-        self.gauge.back();
+        self.gauge.back(self.since);
     }
 }
 

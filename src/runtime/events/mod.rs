@@ -19,7 +19,8 @@
 //! - [`EventBroadcaster::run`] is the background task that writes them,
 //!   after the work: while the work clients have requests out it keeps one
 //!   write out, not eight, and catches up when they are quiet or an Event
-//!   has waited a minute (`work_first.rs`). Before writing, the
+//!   has waited a minute, as wide as the server keeps pace: one write while
+//!   writes come back slow (`work_first.rs`, `server_pace.rs`). Before writing, the
 //!   [`EventCorrelator`] decides:
 //!   - aggregation: a repeat of an event already written (same object, type,
 //!     reason and message) patches the existing Event's `count` and
@@ -45,6 +46,7 @@
 //! `writer.rs`, one Event's write in `sink.rs`.
 mod bounded_map;
 pub mod correlator;
+pub mod server_pace;
 pub mod sink;
 pub mod spam;
 pub mod work_first;

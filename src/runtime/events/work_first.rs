@@ -1,5 +1,6 @@
 //! Work before words: how many Event writes the writer may have out while
-//! the work clients (creates, deletes, status writes) have requests out.
+//! the work clients (creates, deletes, status writes) have requests out,
+//! and while the server is slow for everyone's.
 //!
 //! client-go's recorder is asynchronous with a budget of its own (its
 //! clientset's QPS, the correlator's spam filter) so that Events never hold
@@ -8,47 +9,60 @@
 //! ([`WorkGauge`]), the writer keeps at most [`WRITES_WHILE_WORKING`] Event
 //! write out instead of [`WRITES_IN_FLIGHT`](super::writer::WRITES_IN_FLIGHT),
 //! so once the Events already sent have landed, a work request finds at
-//! most that one Event ahead of it at the server, and the queue still moves. When work goes quiet the writer catches up at
-//! full width. The yield is bounded, so no Event is dropped for it and none
-//! waits for ever: once an Event about to be written has waited
-//! [`MAX_DEFER`] since it was published, or the recorder's queue is half
-//! full, the writer stops yielding until it has caught up (nothing left
-//! queued or held back). Events about one object stay in order throughout:
-//! the yield only decides how many objects' writes are out at once.
+//! most that one Event ahead of it at the server, and the queue still
+//! moves. When work goes quiet the writer catches up as wide as the server
+//! keeps pace ([`ServerPace`]: one write while writes come back slow, so
+//! Events do not crowd out others' writes either — the kubelets' Pod
+//! status, which the next pass of the work waits for). The yield to work is
+//! bounded: once an Event about to be written has waited [`MAX_DEFER`]
+//! since it was published, the writer stops yielding to work (it still
+//! follows the server's pace) until it has caught up (nothing left queued
+//! or held back); and once the recorder's queue is half full it writes at
+//! full width until caught up, so nothing is dropped for the yield. Events
+//! about one object stay in order throughout: the budget only decides how
+//! many objects' writes are out at once.
 //!
-//! Never talks to the API server; the writer (`writer.rs`) asks it.
+//! Never talks to the API server; the writer (`writer.rs`) asks it and
+//! tells it how long each write took.
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::runtime::client::work_gauge::WorkGauge;
 
+use super::server_pace::ServerPace;
 use super::writer::WRITES_IN_FLIGHT;
 
 /// Event writes out at once while work is busy: one, so Events still move.
 pub const WRITES_WHILE_WORKING: usize = 1;
 
-/// The longest an Event waits for work before the writer stops yielding.
-/// Long enough for a burst of creates to go first (the Events of a
+/// The longest an Event waits for work before the writer stops yielding to
+/// it. Long enough for a burst of creates to go first (the Events of a
 /// thousand jobs applied at once are written after their Pods, not between
 /// them), short enough that `kubectl describe` shows what happened within a
-/// minute of the server answering again.
+/// minute of the server answering again. Past it the writer still follows
+/// the server's pace: a server slow for everyone gets one Event at a time.
 pub const MAX_DEFER: Duration = Duration::from_secs(60);
 
 /// The writer's budget (see the module doc).
 pub(super) struct WorkFirst {
     /// None: the writer never yields (no work clients told us about theirs).
     work: Option<WorkGauge>,
-    /// An Event waited [`MAX_DEFER`], or the queue filled to half: full
-    /// width until nothing waits.
-    catching_up: bool,
+    /// How wide the server lets the writer go.
+    pace: ServerPace,
+    /// An Event waited [`MAX_DEFER`]: no yield to work until nothing waits.
+    overdue: bool,
+    /// The queue filled to half: full width until nothing waits.
+    filling: bool,
 }
 
 impl WorkFirst {
     pub(super) fn new(work: Option<WorkGauge>) -> Self {
         Self {
             work,
-            catching_up: false,
+            pace: ServerPace::new(),
+            overdue: false,
+            filling: false,
         }
     }
 
@@ -56,30 +70,39 @@ impl WorkFirst {
     /// `capacity`.
     pub(super) fn writes_now(&mut self, queued: usize, capacity: usize) -> usize {
         if queued.saturating_mul(2) >= capacity {
-            self.catching_up = true;
+            self.filling = true;
         }
-        if self.yielding() {
+        if self.filling {
+            WRITES_IN_FLIGHT
+        } else if self.yielding() {
             WRITES_WHILE_WORKING
         } else {
-            WRITES_IN_FLIGHT
+            self.pace.width()
         }
     }
 
     /// Whether the writer holds back for work now.
     pub(super) fn yielding(&self) -> bool {
-        !self.catching_up && self.work.as_ref().is_some_and(WorkGauge::busy)
+        !self.overdue && !self.filling && self.work.as_ref().is_some_and(WorkGauge::busy)
     }
 
     /// An Event published at `published` is about to be written.
     pub(super) fn starting(&mut self, published: Instant) {
         if Instant::now().saturating_duration_since(published) >= MAX_DEFER {
-            self.catching_up = true;
+            self.overdue = true;
         }
+    }
+
+    /// An Event write came back after `took`.
+    pub(super) fn landed(&mut self, took: Duration) {
+        let work_fastest = self.work.as_ref().and_then(WorkGauge::fastest_recent);
+        self.pace.landed(took, work_fastest);
     }
 
     /// Nothing is queued or held back: the next wait starts afresh.
     pub(super) fn caught_up(&mut self) {
-        self.catching_up = false;
+        self.overdue = false;
+        self.filling = false;
     }
 
     /// Returns once work is quiet (never, without a gauge).
@@ -124,6 +147,10 @@ mod tests {
     struct Server {
         one_at_a_time: Option<tokio::sync::Mutex<()>>,
         takes: Duration,
+        /// Between these every request takes `loaded_takes`: the server's
+        /// queue while others (the kubelets) load it.
+        loaded: Option<(Instant, Instant)>,
+        loaded_takes: Duration,
         served: Mutex<Vec<Served>>,
         events_out: AtomicUsize,
     }
@@ -133,6 +160,8 @@ mod tests {
             Arc::new(Self {
                 one_at_a_time: Some(tokio::sync::Mutex::new(())),
                 takes,
+                loaded: None,
+                loaded_takes: takes,
                 served: Mutex::default(),
                 events_out: AtomicUsize::new(0),
             })
@@ -143,6 +172,23 @@ mod tests {
             Arc::new(Self {
                 one_at_a_time: None,
                 ..Arc::into_inner(Self::fifo(takes)).unwrap()
+            })
+        }
+
+        /// Serves every request at once, each in `takes`, or in
+        /// `loaded_takes` while others load it: from `from` after now, for
+        /// `lasting`.
+        fn loaded_by_others(
+            takes: Duration,
+            loaded_takes: Duration,
+            from: Duration,
+            lasting: Duration,
+        ) -> Arc<Self> {
+            let from = Instant::now() + from;
+            Arc::new(Self {
+                loaded: Some((from, from + lasting)),
+                loaded_takes,
+                ..Arc::into_inner(Self::parallel(takes)).unwrap()
             })
         }
 
@@ -158,7 +204,15 @@ mod tests {
                 None => None,
             };
             let started = Instant::now();
-            tokio::time::sleep(self.takes).await;
+            let loaded = self
+                .loaded
+                .is_some_and(|(from, until)| from <= started && started < until);
+            tokio::time::sleep(if loaded {
+                self.loaded_takes
+            } else {
+                self.takes
+            })
+            .await;
             if event {
                 self.events_out.fetch_sub(1, Ordering::SeqCst);
             }
@@ -303,13 +357,13 @@ mod tests {
             "the work took {:?}",
             work_done - first_sent
         );
-        // Then the writer caught up at full width, and nothing was lost.
+        // Then the writer caught up, wider than while the work was out (as
+        // wide as this one-at-a-time server kept pace), and nothing was lost.
         let after: Vec<&Served> = served.iter().filter(|s| s.sent > work_done).collect();
         assert!(!after.is_empty(), "Events were left for after the work");
-        assert_eq!(
-            after.iter().map(|s| s.events_out).max(),
-            Some(WRITES_IN_FLIGHT),
-            "caught up at full width once the work was quiet"
+        assert!(
+            after.iter().map(|s| s.events_out).max() > Some(WRITES_WHILE_WORKING),
+            "caught up wider once the work was quiet"
         );
         assert_all_in_order(&served, 25, 4);
     }
@@ -340,6 +394,73 @@ mod tests {
             "the last Event was written {last:?} after it was published"
         );
         assert_all_in_order(&served, 50, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn while_others_load_the_server_one_event_at_a_time_then_full_width_once_it_is_fast_again()
+     {
+        // The work's first request found the server quiet; then the server
+        // is slow for everyone (the kubelets' writes) for two seconds, 60 ms
+        // a write instead of 10, and the Events come, with no work of ours
+        // out.
+        let (takes, loaded) = (Duration::from_millis(10), Duration::from_millis(60));
+        let (quiet_for, loaded_for) = (Duration::from_millis(100), Duration::from_secs(2));
+        let server = Server::loaded_by_others(takes, loaded, quiet_for, loaded_for);
+        let work = WorkGauge::new();
+        {
+            let _out = work.enter();
+            server
+                .serve("work before the load".to_string(), false)
+                .await;
+        }
+        tokio::time::sleep_until(Instant::now() + quiet_for).await;
+        let start = Instant::now();
+        // 400 Events: the queue (of 1,000) stays under half full, so the
+        // writer is not catching up for fear of dropping.
+        let (_tx, _writer) = start_writer(server.clone(), work, burst(200, 2));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+
+        let served = server.served();
+        // The first writes go out at full width; once they came back slow,
+        // one at a time until the load ends.
+        let under_load = served
+            .iter()
+            .filter(|s| s.sent >= start + loaded && s.sent < start + loaded_for);
+        assert_eq!(
+            under_load.map(|s| s.events_out).max(),
+            Some(1),
+            "one Event at a time while writes came back slow"
+        );
+        let fast_again = served
+            .iter()
+            .filter(|s| s.sent >= start + loaded_for + loaded);
+        assert_eq!(
+            fast_again.map(|s| s.events_out).max(),
+            Some(WRITES_IN_FLIGHT),
+            "full width once writes came back fast"
+        );
+        assert_all_in_order(&served, 200, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_event_past_its_bound_ends_the_yield_to_work_but_not_to_a_slow_server() {
+        let work = WorkGauge::new();
+        let mut budget = WorkFirst::new(Some(work.clone()));
+        let _out = work.enter();
+        budget.landed(Duration::from_millis(3));
+        budget.landed(Duration::from_millis(100));
+        let published = Instant::now();
+        tokio::time::advance(MAX_DEFER).await;
+        budget.starting(published);
+        assert!(!budget.yielding(), "no longer yielding to work");
+        assert_eq!(budget.writes_now(10, 100), 1, "the server is still slow");
+        budget.landed(Duration::from_millis(3));
+        assert_eq!(budget.writes_now(10, 100), 2, "widening as it speeds up");
+        assert_eq!(
+            budget.writes_now(50, 100),
+            WRITES_IN_FLIGHT,
+            "a half-full queue: full width, so nothing is dropped"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -95,6 +95,8 @@ struct Landed {
     decision: Decision,
     attempts: u32,
     written: Written,
+    /// How long the write took (the server's pace, [`WorkFirst::landed`]).
+    took: Duration,
 }
 
 /// The background writer behind an [`EventRecorder`](super::EventRecorder).
@@ -272,12 +274,14 @@ impl EventBroadcaster {
             event, attempts, ..
         } = held;
         self.in_flight.push(Box::pin(async move {
+            let sent = Instant::now();
             let written = write(sink.as_ref(), &event, &decision).await;
             Landed {
                 event,
                 decision,
                 attempts: attempts + 1,
                 written,
+                took: sent.elapsed(),
             }
         }));
     }
@@ -291,7 +295,9 @@ impl EventBroadcaster {
             decision,
             attempts,
             written,
+            took,
         } = landed;
+        self.budget.landed(took);
         let object = event.object_key();
         if written.expired {
             self.correlator.forget(&event);
