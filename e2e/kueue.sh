@@ -26,8 +26,9 @@
 #   kueue.sh status   running or not, on which ports
 #
 # Needs a running cluster (`make cluster-up`); `up` installs our TFJob CRD first in
-# builtin mode, since Kueue's TFJob integration sets up its controller only once
-# the kind exists.
+# builtin mode when no TFJob CRD is installed (one that is, ours or Kubeflow's, is
+# kept), since Kueue's TFJob integration sets up its controller only once the kind
+# exists.
 # The binary comes from e2e/tools.sh (`--kueue-bin`; TFJOB_KUEUE_BIN overrides);
 # the CRDs and webhook manifests are read from the Go module cache
 # (`go mod download sigs.k8s.io/kueue@$KUEUE_VERSION`), never copied into the repo.
@@ -340,10 +341,15 @@ cmd_up() {
 
   make_certs
   write_config
-  # Our CRD first: see the header. Not in workload mode, where Kueue needs no
-  # TFJob controller and the tests may run under Kubeflow's CRD instead.
+  # A TFJob CRD first: see the header. Ours when none is installed; one that
+  # is (Kubeflow's, in run-suite.sh's Kubeflow-CRD phase, where
+  # tests/e2e/migration/kueue_builtin.rs starts the built-in) is kept: the
+  # built-in serves either. Not in workload mode, where Kueue needs no TFJob
+  # controller.
   if [[ "$MODE" == builtin ]]; then
-    kubectl_admin apply --server-side --force-conflicts -f "$REPO_DIR/crds/kubeflow.org_tfjobs.yaml" >/dev/null
+    if ! kubectl_admin get crd tfjobs.kubeflow.org >/dev/null 2>&1; then
+      kubectl_admin apply --server-side --force-conflicts -f "$REPO_DIR/crds/kubeflow.org_tfjobs.yaml" >/dev/null
+    fi
     wait_established tfjobs.kubeflow.org
   fi
   kubectl_admin create namespace kueue-system --dry-run=client -o yaml | kubectl_admin apply -f - >/dev/null

@@ -176,6 +176,10 @@ run_kubeflow_crd_phase() {
   swap_to_kubeflow_crd "$crd"
   log "running the core scenarios under Kubeflow's CRD (${#KUBEFLOW_CRD_TESTS[@]} filters)"
   local rc=0
+  # migration::kueue_builtin:: starts a Kueue of its own in this run (the
+  # built-in on, then off) and stops it when it ends: the one Kueue of the
+  # machine meanwhile (its metrics certificate path is fixed), before the
+  # workload-mode Kueue below.
   TFJOB_E2E_CRD=kubeflow TFJOB_E2E_KUBEFLOW_CRD="$crd" TFJOB_E2E_TRAINING_OPERATOR="$training_operator" \
     cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" "${KUBEFLOW_CRD_TESTS[@]}" || rc=$?
   # Queued jobs without Kueue's built-in, under Kubeflow's CRD (Kueue in

@@ -22,6 +22,8 @@ mod cluster;
 #[path = "../support/loopback.rs"]
 mod loopback;
 mod support;
+#[path = "../support/kueue.rs"]
+mod test_kueue;
 #[path = "../support/training_operator.rs"]
 mod training_operator;
 

@@ -24,7 +24,10 @@
 //! (Kubeflow removed training-operator from its distribution).
 //!
 //! [`both_at_once`]: the accident, both running at once.
+//! [`kueue_builtin`]: the move with Kueue's built-in TFJob integration on,
+//! and switching it off later.
 mod both_at_once;
+mod kueue_builtin;
 mod recorder;
 
 use std::collections::BTreeMap;

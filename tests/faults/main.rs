@@ -35,6 +35,9 @@ mod operator;
 #[path = "../e2e/certs.rs"]
 mod certs;
 
+#[path = "../support/kueue.rs"]
+mod test_kueue;
+
 mod audit;
 mod harness;
 mod observer;

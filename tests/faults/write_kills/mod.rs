@@ -36,13 +36,14 @@
 //! the `make test` subset kills each pass at one position chosen by
 //! `FAULT_SEED` (a learn run and one kill each).
 //!
-//! The eviction pass alone runs with Kueue ([`kueue`]): the test starts it
-//! beside the fault cluster for that pass and stops it after, so the other
-//! scenarios run as without it.
+//! The eviction pass alone runs with Kueue ([`crate::test_kueue`], in Workload
+//! mode: its built-in TFJob integration off, so the operator owns each
+//! queued job's Workload and makes every write of an eviction itself): the
+//! test starts it beside the fault cluster for that pass and stops it
+//! after, so the other scenarios run as without it.
 //!
 //! Leader election is off (`--leader-elect=false`), as in `crash.rs`: a
 //! restarted process would otherwise wait out the dead one's Lease.
-mod kueue;
 mod passes;
 mod webhook;
 
@@ -56,6 +57,7 @@ use crate::cluster::{client, test_namespace, wait_until};
 use crate::harness::{Cleanup, apiserver_addr, full, identity, report, rng};
 use crate::observer::Observer;
 use crate::operator::{Operator, ensure_crd};
+use crate::test_kueue::{self as kueue, Kueue, Mode};
 use passes::Pass;
 use webhook::{KillingWebhook, USER_PREFIX};
 
@@ -66,6 +68,12 @@ const SETTLE: Duration = Duration::from_secs(90);
 /// the pass is over (the operator's status writes are coalesced for up to a
 /// second).
 const QUIET: Duration = Duration::from_secs(2);
+/// Kueue for the eviction pass: `waitForPodsReady` long enough never to
+/// evict a job of the pass, and quota for every job of it.
+const KUEUE: Mode = Mode::Workload {
+    pods_ready_timeout: "120s",
+};
+const KUEUE_CPU: &str = "64";
 
 #[tokio::test]
 #[ignore = "needs the local control plane: make test-faults"]
@@ -108,7 +116,7 @@ pub struct Env {
     flags: Vec<&'static str>,
     /// Kueue, for the passes that need it; stopped when the pass ends
     /// (dropped after the operator).
-    _kueue: Option<kueue::Kueue>,
+    _kueue: Option<Kueue>,
 }
 
 impl Env {
@@ -117,7 +125,7 @@ impl Env {
         ensure_crd(&client).await;
         let ns = test_namespace(&client, &format!("fault-wk-{}", pass.name())).await;
         let kueue = if pass.needs_kueue() {
-            Some(kueue::Kueue::start(&client, &ns).await)
+            Some(Kueue::start(&client, &ns, KUEUE, KUEUE_CPU).await)
         } else {
             None
         };

@@ -14,10 +14,11 @@ use tfjob_operator::api::pod_group::PodGroup;
 use tfjob_operator::api::types::{CleanPodPolicy, RestartPolicy, TFJob};
 use tfjob_operator::tfjob::children::scheduling_group::ANNOTATION_POD_GROUP;
 
-use super::{Env, SETTLE, kueue};
+use super::{Env, SETTLE};
 use crate::cluster::wait_until;
 use crate::harness::{create_job, end_pod, finished, has_condition, running};
 use crate::support::request_cpu;
+use crate::test_kueue as kueue;
 
 const LABEL_JOB: &str = "training.kubeflow.org/job-name";
 /// Every job: one Chief and two Workers.
@@ -94,7 +95,7 @@ impl Pass {
         self != Pass::Finish
     }
 
-    /// Whether the pass runs with Kueue beside the cluster ([`super::kueue`]).
+    /// Whether the pass runs with Kueue beside the cluster ([`crate::test_kueue`]).
     pub fn needs_kueue(self) -> bool {
         self == Pass::Evict
     }
