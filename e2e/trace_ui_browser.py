@@ -106,6 +106,24 @@ class Browser:
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
+# What `while_navigating` returns when the page it asked was replaced
+# under the question.
+NAVIGATING = object()
+
+
+def while_navigating(evaluate, expression):
+    """`evaluate`, on a page that is navigating away: Chromium answers
+    "Inspected target navigated or closed" (-32000) when the document the
+    expression ran in is replaced before it returns, which is what the click
+    is waiting for, not a failure. Returns NAVIGATING then."""
+    try:
+        return evaluate(expression)
+    except RuntimeError as e:
+        if "Inspected target navigated or closed" in str(e):
+            return NAVIGATING
+        raise
+
+
 def clicked(browser, session, evaluate, element_id):
     """Clicks the element as a user would (mouse events at its centre) and
     prints where the browser went: its URL, the HTTP status, the text."""
@@ -122,7 +140,9 @@ def clicked(browser, session, evaluate, element_id):
         )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        if evaluate("location.href") != before and evaluate("document.readyState") == "complete":
+        if while_navigating(evaluate, "location.href") not in (before, NAVIGATING) and (
+            while_navigating(evaluate, "document.readyState") == "complete"
+        ):
             break
         time.sleep(0.2)
     status = evaluate(
