@@ -16,6 +16,11 @@ export TFJOB_AUDIT=1
 export TFJOB_APISERVER_INFLIGHT="${BENCH_APISERVER_INFLIGHT:-}"
 BENCH_KUBEFLOW_DIR="$(bash "$E2E_DIR/peers.sh" --dir)"
 export BENCH_KUBEFLOW_DIR TFJOB_CACHE_DIR
+# The `raw-watching` peer's client-go informers, built only when asked for.
+if [[ ",${BENCH_PEERS:-}," == *",raw-watching,"* ]]; then
+  BENCH_INFORMERS_BIN="$(bash "$REPO_DIR/benches/client-go-informers/build.sh")"
+  export BENCH_INFORMERS_BIN
+fi
 
 cd "$REPO_DIR"
 mkdir -p target/bench

@@ -45,7 +45,11 @@ pub(crate) enum PeerKind {
         of: &'static [&'static str],
         workers: u32,
     },
-    Raw,
+    /// The bare client's creates; `watched`: with client-go's informers
+    /// on ours' watches beside it ([`PeerProcess::watcher`]).
+    Raw {
+        watched: bool,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -161,7 +165,13 @@ pub(crate) fn peers(s: &Settings) -> Vec<Peer> {
         Peer {
             id: "raw",
             label: "raw limit (bare client, 16 concurrent creates)",
-            kind: PeerKind::Raw,
+            kind: PeerKind::Raw { watched: false },
+            apf: false,
+        },
+        Peer {
+            id: "raw-watching",
+            label: "raw limit, with client-go's informers on ours' watches beside it (their CPU and RSS apart)",
+            kind: PeerKind::Raw { watched: true },
             apf: false,
         },
     ];
@@ -179,6 +189,9 @@ pub(crate) struct PeerProcess {
     pub(crate) log: PathBuf,
     /// Where our operator serves `/metrics` (plain HTTP); other peers: none.
     pub(crate) metrics_port: Option<u16>,
+    /// A process that watches beside the peer (`raw-watching`: client-go's
+    /// informers), measured apart and stopped with it.
+    pub(crate) watcher: Option<Box<PeerProcess>>,
 }
 
 impl PeerProcess {
@@ -193,6 +206,7 @@ impl PeerProcess {
             child,
             log: log.to_owned(),
             metrics_port: None,
+            watcher: None,
         })
     }
     pub(crate) fn pid(&self) -> u32 {
@@ -240,8 +254,11 @@ impl PeerProcess {
         let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
         Some(kb / 1024.0)
     }
-    /// SIGTERM, then SIGKILL after 20 s.
+    /// SIGTERM, then SIGKILL after 20 s; the watcher first.
     pub(crate) fn stop(mut self) {
+        if let Some(w) = self.watcher.take() {
+            w.stop();
+        }
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(self.pid().to_string())
@@ -480,7 +497,16 @@ pub(crate) async fn start_peer(
         PeerKind::OursAtRateOf { .. } => {
             bail!("the rate of the peer to match was not measured in this workload")
         }
-        PeerKind::Raw => {
+        PeerKind::Raw { watched } => {
+            // The watcher first, synced before the creates can start: it
+            // must see the whole run, as ours does.
+            let watcher = if watched {
+                Some(Box::new(
+                    start_watcher(s, &kubeconfig, workload, logs).await?,
+                ))
+            } else {
+                None
+            };
             let plan = logs.join(format!("{}-raw-plan.json", workload.id));
             let jobs: Vec<Value> = workload
                 .job_names()
@@ -496,6 +522,7 @@ pub(crate) async fn start_peer(
                 .arg("raw-peer")
                 .arg(&plan);
             let mut p = PeerProcess::spawn(cmd, &log, true)?;
+            p.watcher = watcher;
             let started = Instant::now();
             loop {
                 p.check_alive()?;
@@ -510,4 +537,35 @@ pub(crate) async fn start_peer(
             }
         }
     }
+}
+
+/// Client-go's informers on ours' watches (benches/client-go-informers),
+/// started and synced.
+async fn start_watcher(
+    s: &Settings,
+    kubeconfig: &Path,
+    workload: &Workload,
+    logs: &Path,
+) -> anyhow::Result<PeerProcess> {
+    let bin = s
+        .informers_bin
+        .as_ref()
+        .context("raw-watching needs BENCH_INFORMERS_BIN (e2e/bench.sh builds it)")?;
+    let log = logs.join(format!("{}-informers.log", workload.id));
+    let mut cmd = Command::new(bin);
+    cmd.env("KUBECONFIG", kubeconfig);
+    let mut w = PeerProcess::spawn(cmd, &log, false)?;
+    let started = Instant::now();
+    while !w.log_contains("informers: synced") {
+        w.check_alive()?;
+        if started.elapsed() > Duration::from_secs(60) {
+            w.stop();
+            bail!(
+                "client-go informers not synced after 60 s (log: {})",
+                log.display()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    Ok(w)
 }

@@ -35,6 +35,13 @@ pub(crate) struct RunResult {
     pub(crate) succeeded_s: Option<f64>,
     pub(crate) cpu_s: Option<f64>,
     pub(crate) peak_rss_mb: Option<f64>,
+    /// `raw-watching`: the CPU seconds and peak RSS of client-go's
+    /// informers beside the bare client, apart from its own; None otherwise.
+    pub(crate) watcher_cpu_s: Option<f64>,
+    pub(crate) watcher_peak_rss_mb: Option<f64>,
+    /// The events each of its informers handled (Pod, Service, TFJob),
+    /// from its last line: that it saw the run's churn.
+    pub(crate) watcher_events: Option<[u64; 3]>,
     pub(crate) api_requests: u64,
     /// Requests other than watches per second, from the first request
     /// received to the last one completed (audit log timestamps).
@@ -114,6 +121,8 @@ pub(crate) async fn run_one(
         let measured = measure(s, admin, peer, workload, &mut p, &state, r).await;
         r.cpu_s = p.cpu_seconds();
         r.peak_rss_mb = p.peak_rss_mb();
+        r.watcher_cpu_s = p.watcher.as_ref().and_then(|w| w.cpu_seconds());
+        r.watcher_peak_rss_mb = p.watcher.as_ref().and_then(|w| w.peak_rss_mb());
         r.events_dropped = p.counter_where(
             "tfjob_operator_events_dropped_total",
             "reason=\"queue_full\"",
@@ -123,7 +132,9 @@ pub(crate) async fn run_one(
             "reason=\"spam_filtered\"",
         );
         r.event_write_failures = p.counter("tfjob_operator_events_write_failures_total");
+        let watcher_log = p.watcher.as_ref().map(|w| w.log.clone());
         tokio::task::spawn_blocking(move || p.stop()).await?;
+        r.watcher_events = watcher_log.as_deref().and_then(watcher_events);
         // Long-running requests (watches) are logged when they end: after the stop.
         tokio::time::sleep(Duration::from_secs(2)).await;
         count_audit(&audit, from, r)?;
@@ -163,7 +174,7 @@ pub(crate) async fn measure(
     state: &Arc<Mutex<Observed>>,
     r: &mut RunResult,
 ) -> anyhow::Result<()> {
-    let raw = matches!(peer.kind, PeerKind::Raw);
+    let raw = matches!(peer.kind, PeerKind::Raw { .. });
     let names = workload.job_names();
     let want_pods = workload.jobs * workload.pods_per_job();
     let start = Instant::now();
@@ -267,4 +278,18 @@ pub(crate) async fn phase(
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// "informers: handled 1 Pod, 2 Service and 3 TFJob events" → [1, 2, 3].
+fn watcher_events(log: &Path) -> Option<[u64; 3]> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("informers: handled "))?;
+    let numbers: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    numbers.try_into().ok()
 }

@@ -18,6 +18,9 @@ pub(crate) struct Settings {
     /// commit before a change, for a before/after in one run).
     pub(crate) base_operator_bin: Option<PathBuf>,
     pub(crate) kubeflow_dir: PathBuf,
+    /// The `raw-watching` peer's watcher (benches/client-go-informers; e2e/bench.sh
+    /// builds it when that peer is asked for).
+    pub(crate) informers_bin: Option<PathBuf>,
     pub(crate) kubeflow_version: String,
     pub(crate) out: PathBuf,
     pub(crate) jobs: usize,
@@ -67,6 +70,7 @@ impl Settings {
             kubeflow_dir: std::env::var_os("BENCH_KUBEFLOW_DIR")
                 .map(PathBuf::from)
                 .context("BENCH_KUBEFLOW_DIR is not set (make bench-e2e sets it from e2e/peers.sh --dir)")?,
+            informers_bin: std::env::var_os("BENCH_INFORMERS_BIN").map(PathBuf::from),
             kubeflow_version: env_or("TRAINING_OPERATOR_VERSION", "v1.9.0"),
             out: repo.join("target/bench/e2e.json"),
             jobs: env_num("BENCH_JOBS", 200)?,

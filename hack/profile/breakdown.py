@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Where the operator's CPU goes, from folded stacks (hack/profile/cpu.sh):
    python3 hack/profile/breakdown.py target/profile/cpu-200.folded
+   python3 hack/profile/breakdown.py target/profile/cpu-1000.folded --json OUT --jobs 1000
+(the second writes them for a results file: hack/profile/cpu.sh, PROFILE_RECORD).
 Three tables. "task": which of the operator's tasks the CPU ran for. "self": each sample goes to the first category that matches its
 stack from the leaf up (what the CPU was executing). "inclusive": the share
 of samples whose stack passes through a part of the operator (what it was
 doing it for); these overlap."""
+import json
 import re
 import sys
 
@@ -55,15 +58,17 @@ INCLUSIVE = [
 ]
 
 
-def main(path):
+def tables(path):
+    """The three tables from a folded file: (CPU-seconds sampled, {name: [(row, share %)]})."""
     rows, total = [], 0
     for line in open(path):
         stack, _, n = line.rstrip("\n").rpartition(" ")
         rows.append((stack.split(";"), int(n)))
         total += int(n)
-    print(f"{total / 1e9:.2f} CPU-seconds sampled\n")
-    print("| self: executing | share |\n|---|---:|")
-    counts = {}
+    if total == 0:
+        sys.exit(f"{path}: no samples")
+    share = lambda n: round(100 * n / total, 1)
+    executing = {}
     for frames, n in rows:
         cat = "other"
         for frame in reversed(frames):
@@ -71,20 +76,39 @@ def main(path):
             if hit:
                 cat = hit
                 break
-        counts[cat] = counts.get(cat, 0) + n
-    for cat, n in sorted(counts.items(), key=lambda kv: -kv[1]):
-        print(f"| {cat} | {100 * n / total:.1f} % |")
-    print("\n| task | share |\n|---|---:|")
-    counts = {}
+        executing[cat] = executing.get(cat, 0) + n
+    tasks = {}
     for frames, n in rows:
         task = next((t for t, p in TASKS if any(re.search(p, f) for f in frames)), "other")
-        counts[task] = counts.get(task, 0) + n
-    for task, n in sorted(counts.items(), key=lambda kv: -kv[1]):
-        print(f"| {task} | {100 * n / total:.1f} % |")
-    print("\n| inclusive: on behalf of | share |\n|---|---:|")
-    for name, pats in INCLUSIVE:
-        n = sum(n for frames, n in rows if all(any(re.search(p, f) for f in frames) for p in pats))
-        print(f"| {name} | {100 * n / total:.1f} % |")
+        tasks[task] = tasks.get(task, 0) + n
+    inclusive = [
+        (name, share(sum(n for frames, n in rows if all(any(re.search(p, f) for f in frames) for p in pats))))
+        for name, pats in INCLUSIVE
+    ]
+    by_share = lambda counts: [(k, share(n)) for k, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+    # perf's cpu-clock samples are weighted in nanoseconds.
+    return total / 1e9, {"task": by_share(tasks), "self": by_share(executing), "inclusive": inclusive}
 
 
-main(sys.argv[1])
+HEADINGS = {"task": "task", "self": "self: executing", "inclusive": "inclusive: on behalf of"}
+
+
+def main(argv):
+    """breakdown.py FOLDED [--json OUT --jobs N]: print the tables, or write
+    them as a results file's `results` (e2e/record.py --json)."""
+    seconds, found = tables(argv[0])
+    if len(argv) == 5 and argv[1] == "--json" and argv[3] == "--jobs":
+        doc = {"profile": {"workload": "jobs", "jobs": int(argv[4]), "sampled_cpu_s": round(seconds, 2),
+                           **{k: [{"what": w, "share_pct": s} for w, s in v] for k, v in found.items()}}}
+        with open(argv[2], "w") as out:
+            json.dump(doc, out, indent=2)
+            out.write("\n")
+        return
+    print(f"{seconds:.2f} CPU-seconds sampled")
+    for key, rows in found.items():
+        print(f"\n| {HEADINGS[key]} | share |\n|---|---:|")
+        for what, s in rows:
+            print(f"| {what} | {s:.1f} % |")
+
+
+main(sys.argv[1:])

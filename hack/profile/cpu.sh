@@ -12,6 +12,8 @@
 #   PROFILE_OPERATOR_BIN=path/to/tfjob-operator   profile a prebuilt binary
 #   PROFILE_NAME=after                            names the outputs (default: <jobs>)
 #   PROFILE_SVG_DIR=docs/profiles                 also copy the SVG there
+#   PROFILE_RECORD=<name>                         keep breakdown.py's tables as
+#                                                 benches/results/<name>.json (e2e/record.sh)
 # The times and CPU the bench prints for ours are the profiled process's
 # (perf slows it): take the figures from a run without perf.
 set -euo pipefail
@@ -21,6 +23,10 @@ jobs=${PROFILE_JOBS:-200}
 name=${PROFILE_NAME:-$jobs}
 out=$repo/target/profile
 mkdir -p "$out"
+# shellcheck source=e2e/record.sh
+source e2e/record.sh
+[[ -z "${PROFILE_RECORD:-}" ]] || record_check_name "$PROFILE_RECORD" || exit 1
+record_begin hack/profile
 command -v perf >/dev/null || { echo "perf not found: apt-get install linux-perf" >&2; exit 1; }
 tools=${TFJOB_CACHE_DIR:-$HOME/.cache/tfjob-operator}/tools/inferno/bin
 PATH=$tools:$PATH
@@ -56,4 +62,8 @@ echo "$out/cpu-$name.svg ($seconds CPU-seconds sampled)"
 if [[ -n "${PROFILE_SVG_DIR:-}" ]]; then
   mkdir -p "$PROFILE_SVG_DIR"
   cp "$out/cpu-$name.svg" "$PROFILE_SVG_DIR/"
+fi
+if [[ -n "${PROFILE_RECORD:-}" ]]; then
+  python3 hack/profile/breakdown.py "$out/cpu-$name.folded" --json "$out/cpu-$name.json" --jobs "$jobs"
+  record_write "$PROFILE_RECORD" "make profile-cpu" PROFILE json "$out/cpu-$name.json"
 fi

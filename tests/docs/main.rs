@@ -95,6 +95,7 @@ mod results_faults;
 mod results_first_hour;
 mod results_machinery;
 mod results_numbers;
+mod results_profile;
 mod results_prose;
 mod results_tables;
 mod shape;

@@ -40,6 +40,7 @@ pub fn meta_problems(doc: &Value) -> Vec<String> {
         && !holds("scenarios")
         && !crate::results_first_hour::holds_steps(doc)
         && !crate::results_machinery::holds_a_bench(doc)
+        && !crate::results_profile::holds_a_profile(doc)
     {
         found.push("results.runs holds no run".to_owned());
     }
@@ -75,10 +76,18 @@ pub fn render(doc: &Value, spec: &str, load: Load) -> Result<String, String> {
             None => faults::faults_table(doc),
         },
         "faults-run" => faults::run_table(doc),
+        // Where the operator's CPU goes (hack/profile/cpu.sh).
+        "profile" => crate::results_profile::profile_table(doc, need("part")?),
+        "watch-limit" => crate::results_profile::watch_limit_table(
+            doc,
+            need("workload")?,
+            need("a")?,
+            need("b")?,
+        ),
         // The README's cold first run (e2e/first-hour.sh).
         "first-hour" => crate::results_first_hour::first_hour_table(doc),
         other => Err(format!(
-            "unknown table `{other}` (known: runs, medians, scale, restart, headline, faults, faults-run, first-hour, {})",
+            "unknown table `{other}` (known: runs, medians, scale, restart, headline, faults, faults-run, first-hour, profile, watch-limit, {})",
             crate::results_machinery::TABLES.join(", ")
         )),
     }

@@ -54,7 +54,7 @@ pub fn runs_table(doc: &Value, workload: &str) -> Result<String, String> {
 
 /// The values of `metric` in the runs of `peer` (workload, and for a scale
 /// file series and size, as `filter` says), in the file's order.
-fn values(doc: &Value, filter: &dyn Fn(&Value) -> bool, peer: &str, metric: &str) -> Vec<f64> {
+pub fn values(doc: &Value, filter: &dyn Fn(&Value) -> bool, peer: &str, metric: &str) -> Vec<f64> {
     runs(doc)
         .map(|rs| {
             rs.iter()
