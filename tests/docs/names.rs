@@ -182,6 +182,7 @@ const FOREIGN_FLAGS: &[&str] = &[
     "test",
     "test-threads",
     "check",
+    "root",
     // kubectl
     "cascade",
     "dry-run",

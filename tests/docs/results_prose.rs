@@ -25,7 +25,12 @@ use crate::repo::repo_root;
 use crate::results::sections;
 
 /// The pages whose prose is held to their results files.
-pub const DOCS: &[&str] = &["docs/reliability.md", "docs/benchmarks.md", "docs/scale.md"];
+pub const DOCS: &[&str] = &[
+    "docs/reliability.md",
+    "docs/benchmarks.md",
+    "docs/cpu.md",
+    "docs/scale.md",
+];
 
 /// The decimal numbers of a page's prose: `(line, number)`.
 pub fn prose_decimals(text: &str) -> Vec<(usize, String)> {
