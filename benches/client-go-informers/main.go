@@ -32,7 +32,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 )
 
-// The label ours selects its children by (src/tfjob/kubeflow/labels.rs).
+// The label ours selects its children by (src/api/constants.rs).
 const jobNameLabel = "training.kubeflow.org/job-name"
 
 var tfjobs = schema.GroupVersionResource{Group: "kubeflow.org", Version: "v1", Resource: "tfjobs"}
@@ -84,26 +84,19 @@ func jobKey(obj any) (string, bool) {
 	return key, err == nil
 }
 
-// Ours caches a Pod as its metadata and status and a Service as its
-// metadata, neither with managedFields (src/tfjob/children/cached.rs).
-func slimPod(obj any) (any, error) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil
+// slim caches a Pod as its metadata and status and a Service as its
+// metadata, neither with managedFields, as ours does
+// (src/tfjob/children/cached.rs).
+func slim(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		o.ManagedFields = nil
+		o.Spec = corev1.PodSpec{}
+	case *corev1.Service:
+		o.ManagedFields = nil
+		o.Spec = corev1.ServiceSpec{}
 	}
-	p.ManagedFields = nil
-	p.Spec = corev1.PodSpec{}
-	return p, nil
-}
-
-func slimService(obj any) (any, error) {
-	s, ok := obj.(*corev1.Service)
-	if !ok {
-		return obj, nil
-	}
-	s.ManagedFields = nil
-	s.Spec = corev1.ServiceSpec{}
-	return s, nil
+	return obj, nil
 }
 
 func main() {
@@ -151,12 +144,7 @@ func run() error {
 
 	children := informers.NewSharedInformerFactoryWithOptions(kube, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = jobNameLabel }),
-		informers.WithTransform(func(obj any) (any, error) {
-			if _, ok := obj.(*corev1.Pod); ok {
-				return slimPod(obj)
-			}
-			return slimService(obj)
-		}))
+		informers.WithTransform(slim))
 	jobs := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 
 	pods := &counted{queue: queue, key: ownerJob}
