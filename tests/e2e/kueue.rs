@@ -31,9 +31,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tfjob_operator::api::fixtures::TfJobFixture;
@@ -43,6 +41,7 @@ use crate::cluster::{client, cluster_dir, random_suffix, test_namespace, wait_un
 use crate::loopback::http_get;
 use crate::operator::{Operator, ensure_crd};
 use crate::support::{drive_pod_exit, request_cpu, shared_cluster};
+use crate::test_kueue::{create_kueue_object, kueue_api};
 
 pub(crate) const SLOW: Duration = Duration::from_secs(90);
 const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
@@ -83,37 +82,6 @@ pub(crate) fn kueue_running() -> bool {
         eprintln!("skipping: Kueue is not running (start it with `make kueue-up`)");
     }
     up
-}
-
-pub(crate) fn kueue_api(
-    client: &Client,
-    kind: &str,
-    plural: &str,
-    ns: Option<&str>,
-) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", kind);
-    let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
-    match ns {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    }
-}
-
-pub(crate) async fn create_kueue_object(
-    client: &Client,
-    kind: &str,
-    plural: &str,
-    ns: Option<&str>,
-    body: Value,
-) {
-    let mut body = body;
-    body["apiVersion"] = "kueue.x-k8s.io/v1beta2".into();
-    body["kind"] = kind.into();
-    let object: DynamicObject = serde_json::from_value(body).expect("a valid Kueue object");
-    kueue_api(client, kind, plural, ns)
-        .create(&PostParams::default(), &object)
-        .await
-        .unwrap_or_else(|e| panic!("failed to create the {kind}: {e}"));
 }
 
 /// A namespace whose TFJobs Kueue manages, a running operator for it, and a

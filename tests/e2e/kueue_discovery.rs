@@ -159,7 +159,7 @@ async fn kueue_installed_after_the_operator_started_is_found_and_queued_jobs_are
     .await;
     // The running queued job gets its Workload and is stopped, as Kueue
     // stops a job that runs without an admitted Workload.
-    let workloads = crate::kueue::kueue_api(&client, "Workload", "workloads", Some(&ns));
+    let workloads = crate::test_kueue::kueue_api(&client, "Workload", "workloads", Some(&ns));
     wait_until(
         &format!("early to be stopped and held with a Workload (log: {log})"),
         Duration::from_secs(60),
@@ -432,7 +432,7 @@ async fn a_discovery_error_is_not_taken_for_no_kueue_and_a_queued_job_waits_unti
         "ready {:.1} s after the APIService was given back:\n{body}",
         restored.elapsed().as_secs_f64()
     );
-    let workloads = crate::kueue::kueue_api(&client, "Workload", "workloads", Some(&ns));
+    let workloads = crate::test_kueue::kueue_api(&client, "Workload", "workloads", Some(&ns));
     wait_until(
         &format!("queued to be held with a Workload (log: {log})"),
         Duration::from_secs(60),

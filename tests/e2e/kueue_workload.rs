@@ -25,10 +25,11 @@ use tfjob_operator::api::types::SchedulingPolicy;
 
 use crate::cluster::wait_until;
 use crate::kueue::{
-    Env, SLOW, has_condition, is_running, job_condition, job_condition_reason, kueue_api,
-    kueue_running, workload_mode,
+    Env, SLOW, has_condition, is_running, job_condition, job_condition_reason, kueue_running,
+    workload_mode,
 };
 use crate::support::kube_minor;
+use crate::test_kueue::kueue_api;
 
 /// Kueue runs in `workload` mode; `None` (the test passes) otherwise, or a
 /// panic when the harness promised it.

@@ -45,9 +45,10 @@ use tfjob_operator::api::types::TFJob;
 use tokio::sync::RwLock;
 
 use crate::cluster::{random_suffix, wait_until};
-use crate::kueue::{TOLERATION_KEY, create_kueue_object, has_condition, is_running, kueue_api};
+use crate::kueue::{TOLERATION_KEY, has_condition, is_running};
 use crate::operator::Operator;
 use crate::support::drive_pod_exit;
+use crate::test_kueue::{create_kueue_object, kueue_api};
 
 const SLOW: Duration = Duration::from_secs(120);
 const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";

@@ -20,7 +20,9 @@ use tfjob_operator::api::fixtures::TfJobFixture;
 use tfjob_operator::api::types::TFJob;
 use tokio::sync::OnceCell;
 
-use crate::cluster::{cluster_dir, cluster_env, kubectl, run_ok, wait_until};
+use crate::cluster::{
+    cluster_dir, cluster_env, delete_namespace_in_background, kubectl, run_ok, wait_until,
+};
 use crate::operator::Operator;
 use crate::support::{EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION};
 
@@ -534,15 +536,7 @@ impl Drop for Cleanup {
             return;
         }
         for ns in &self.0 {
-            let _ = kubectl()
-                .args([
-                    "delete",
-                    "namespace",
-                    ns,
-                    "--wait=false",
-                    "--ignore-not-found",
-                ])
-                .output();
+            delete_namespace_in_background(ns);
         }
     }
 }

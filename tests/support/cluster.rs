@@ -219,6 +219,21 @@ pub async fn delete_namespace(client: &Client, name: &str) {
     }
 }
 
+/// The same from a `Drop` (no runtime to await on): `kubectl delete
+/// namespace`, not waiting, a namespace already gone being fine; errors are
+/// ignored, as a cleanup's must be.
+pub fn delete_namespace_in_background(name: &str) {
+    let _ = kubectl()
+        .args([
+            "delete",
+            "namespace",
+            name,
+            "--wait=false",
+            "--ignore-not-found",
+        ])
+        .output();
+}
+
 /// Polls `f` every 200 ms until it returns `Some`, and returns that value.
 /// Panics with `what` and the timeout when the deadline passes. Errors belong
 /// inside `f` (return `None` to poll again), so a transient API error during,

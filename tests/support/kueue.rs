@@ -44,7 +44,13 @@ pub enum Mode {
     Workload { pods_ready_timeout: &'static str },
 }
 
-fn api(client: &Client, kind: &str, plural: &str, ns: Option<&str>) -> Api<DynamicObject> {
+/// Kueue's `kind` (`plural`) in `ns`, or cluster-scoped, at v1beta2.
+pub fn kueue_api(
+    client: &Client,
+    kind: &str,
+    plural: &str,
+    ns: Option<&str>,
+) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", kind);
     let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
     match ns {
@@ -54,11 +60,11 @@ fn api(client: &Client, kind: &str, plural: &str, ns: Option<&str>) -> Api<Dynam
 }
 
 pub fn workloads(client: &Client, ns: &str) -> Api<DynamicObject> {
-    api(client, "Workload", "workloads", Some(ns))
+    kueue_api(client, "Workload", "workloads", Some(ns))
 }
 
 pub fn cluster_queues(client: &Client) -> Api<DynamicObject> {
-    api(client, "ClusterQueue", "clusterqueues", None)
+    kueue_api(client, "ClusterQueue", "clusterqueues", None)
 }
 
 /// A running Kueue and the cluster-scoped objects made for the test;
@@ -104,16 +110,14 @@ impl Kueue {
             .await
             .expect("label the namespace for Kueue");
         // `type: kwok`: the label e2e/cluster.sh gives every fake node.
-        create(
-            client,
+        create_kueue_object(client,
             "ResourceFlavor",
             "resourceflavors",
             None,
             json!({ "metadata": { "name": kueue.flavor }, "spec": { "nodeLabels": { "type": "kwok" } } }),
         )
         .await;
-        create(
-            client,
+        create_kueue_object(client,
             "ClusterQueue",
             "clusterqueues",
             None,
@@ -129,8 +133,7 @@ impl Kueue {
             }),
         )
         .await;
-        create(
-            client,
+        create_kueue_object(client,
             "LocalQueue",
             "localqueues",
             Some(ns),
@@ -193,11 +196,19 @@ impl Drop for Kueue {
     }
 }
 
-async fn create(client: &Client, kind: &str, plural: &str, ns: Option<&str>, mut body: Value) {
+/// Creates Kueue object `body` (its apiVersion and kind filled in); panics
+/// naming the kind when the server refuses it.
+pub async fn create_kueue_object(
+    client: &Client,
+    kind: &str,
+    plural: &str,
+    ns: Option<&str>,
+    mut body: Value,
+) {
     body["apiVersion"] = "kueue.x-k8s.io/v1beta2".into();
     body["kind"] = kind.into();
     let object: DynamicObject = serde_json::from_value(body).expect("a valid Kueue object");
-    api(client, kind, plural, ns)
+    kueue_api(client, kind, plural, ns)
         .create(&Default::default(), &object)
         .await
         .unwrap_or_else(|e| panic!("failed to create the {kind}: {e}"));

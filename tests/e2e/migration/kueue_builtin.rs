@@ -37,7 +37,7 @@ use super::recorder::{Change, Recorder};
 use super::{
     SLOW, STILL_FOR, is_true, job_pods, kubeflow_crd_namespace, manifest, replica, tfjobs, wait_job,
 };
-use crate::cluster::{kubectl, wait_until};
+use crate::cluster::{delete_namespace_in_background, kubectl, wait_until};
 use crate::operator::Operator;
 use crate::support::{drive_pod_exit, shared_cluster};
 use crate::test_kueue::{self, Kueue, Mode, QUEUE, QUEUE_LABEL};
@@ -168,15 +168,7 @@ impl Drop for Cleanup {
                 .args(["-p", r#"{"metadata":{"finalizers":null}}"#])
                 .output();
         }
-        let _ = kubectl()
-            .args([
-                "delete",
-                "namespace",
-                ns,
-                "--wait=false",
-                "--ignore-not-found",
-            ])
-            .output();
+        delete_namespace_in_background(ns);
     }
 }
 
