@@ -6,14 +6,15 @@
 #   bash e2e/tools.sh core        etcd, one Kubernetes (KUBE_VERSION), KWOK: the control plane
 #                                 (make demo, cluster-up's base, test-faults, benches)
 #   bash e2e/tools.sh helm        Helm 3, stamped for KUBE_VERSION's minor (the e2e suite, chart-lint)
-#   bash e2e/tools.sh helm4       Helm 4 (chart-lint lints and renders with both majors)
+#   bash e2e/tools.sh helm4       Helm 4 (chart-lint-helm4, a CI extended lane: the chart under Helm 4)
 #   bash e2e/tools.sh promtool    promtool alone (rules-check)
-#   bash e2e/tools.sh prometheus  the Prometheus server and promtool (the e2e suite's
-#                                 observability tests, test-observability, dashboard-pictures)
+#   bash e2e/tools.sh prometheus  the Prometheus server and promtool (test-observability,
+#                                 dashboard-pictures: not `make test`)
 #   bash e2e/tools.sh kueue       Kueue (the e2e suite's Kueue phases, e2e-multikueue, kueue-up)
 #   bash e2e/tools.sh jaeger      Jaeger (test-observability)
-#   bash e2e/tools.sh [all]       core helm helm4 prometheus kueue, and jaeger with
-#                                 TFJOB_WITH_JAEGER=1: everything `make test` runs
+#   bash e2e/tools.sh [all]       core helm promtool kueue: everything `make test` runs;
+#                                 with TFJOB_WITH_EXTENDED=1 also helm4, prometheus and jaeger,
+#                                 what CI's extended lanes add (not the other Kubernetes version)
 # Several sets may be named at once (`bash e2e/tools.sh core helm`).
 #
 # Where each comes from:
@@ -140,7 +141,7 @@ build_helm() {
 helm4_dir() { echo "$TOOLS_DIR/helm-$HELM4_VERSION"; }
 
 # Helm 4 beside Helm 3: the chart must lint and render under both (make
-# chart-lint). Helm 4 takes its default Kubernetes version from the client-go
+# chart-lint with Helm 3, make chart-lint-helm4 with Helm 4). Helm 4 takes its default Kubernetes version from the client-go
 # in its build info, which `go install` keeps, so only its own version needs
 # stamping. Linked into the bin dir as helm4; `helm` stays Helm 3.
 build_helm4() {
@@ -276,10 +277,13 @@ build_set() {
     jaeger) if [[ -z "${TFJOB_JAEGER_BIN:-}" ]]; then build_jaeger; fi ;;
     all)
       local set
-      for set in core helm helm4 prometheus kueue; do build_set "$set"; done
-      # Jaeger only for `make test-observability`: about 6 minutes cold
-      # that `make test` does not spend.
-      if [[ "${TFJOB_WITH_JAEGER:-0}" == 1 ]]; then build_set jaeger; fi
+      for set in core helm promtool kueue; do build_set "$set"; done
+      # Helm 4, the Prometheus server and Jaeger only for CI's extended lanes
+      # (chart-lint-helm4, test-observability): 215 + 498 + ~360 s cold that
+      # `make test` does not spend (issue #41).
+      if [[ "${TFJOB_WITH_EXTENDED:-0}" == 1 ]]; then
+        for set in helm4 prometheus jaeger; do build_set "$set"; done
+      fi
       ;;
     *) die "no tool set '$1'" ;;
   esac
