@@ -255,10 +255,14 @@ async fn every_exposed_metric_matches_the_committed_list() {
     run_jobs(&client, &ns).await;
     // The last counter to appear: the TTL deletion, counted once the
     // operator's delete returned, so possibly after the job is gone.
-    let deleted = format!("training_operator_jobs_deleted_total{{job_namespace=\"{ns}\"");
+    let namespace = format!("job_namespace=\"{ns}\"");
     let text = wait_until("/metrics to count the TTL deletion", SLOW, || async {
         let text = operator.metrics();
-        text.contains(&deleted).then_some(text)
+        text.lines()
+            .any(|l| {
+                l.starts_with("training_operator_jobs_deleted_total{") && l.contains(&namespace)
+            })
+            .then_some(text)
     })
     .await;
     let problems = differences(&listed, &parse_text(&text));
