@@ -111,6 +111,60 @@ record_build() {
 # directory that looks complete.
 finish() { rm -rf "$1" && mv "$1.tmp" "$1"; }
 
+# Where `make test`'s background tool builds (e2e/tools-background.sh) keep
+# each set's log and status (queued, running, ok, failed (exit N)): one
+# directory per worktree, beside its cluster's state.
+TOOLS_BACKGROUND_DIR="${TFJOB_TOOLS_BACKGROUND_DIR:-$TFJOB_CLUSTER_DIR/tools-background}"
+
+# Runs COMMAND... holding lock NAME ($TOOLS_DIR/.lock-NAME): one per tool
+# set, so two builds of a set never meet (two worktrees, or a step and make
+# test's background builds) while a step that needs another set does not
+# wait for them. The lock is an open file descriptor, so it goes with the
+# command's end or the script's death, never left behind. --quiet: a wait
+# of a moment, not worth a line (the bin dir's links).
+with_set_lock() {
+  local quiet=0 name fd
+  if [[ "$1" == --quiet ]]; then
+    quiet=1
+    shift
+  fi
+  name="$1"
+  shift
+  mkdir -p "$TOOLS_DIR"
+  exec {fd}>"$TOOLS_DIR/.lock-$name"
+  if ((quiet)); then
+    flock "$fd"
+  elif ! flock -n "$fd"; then
+    if grep -qx running "$TOOLS_BACKGROUND_DIR"/*.status 2>/dev/null; then
+      log "waiting for another build of $name (make test's background builds are running: logs in $TOOLS_BACKGROUND_DIR)"
+    else
+      log "waiting for another build of $name (another worktree's?) into $TOOLS_DIR"
+    fi
+    flock "$fd"
+  fi
+  # Plain, not `"$@" || ...`: that would switch set -e off inside the build
+  # functions. Under set -e a failure ends the script here; the status is
+  # kept for a caller that has it off.
+  "$@"
+  local rc=$?
+  exec {fd}>&-
+  return "$rc"
+}
+
+# Before a step builds tool set SET itself: if make test's background build
+# of it failed, says so, with the end of that build's log, once (the status
+# goes), so the cause is on the step's screen; the step then builds SET if it
+# is still missing, and a failure of its own ends in its own cause.
+background_note() {
+  local set="$1" status
+  status=$(cat "$TOOLS_BACKGROUND_DIR/$set.status" 2>/dev/null) || return 0
+  [[ "$status" == failed* ]] || return 0
+  log "make test's background build of $set $status; the end of its log ($TOOLS_BACKGROUND_DIR/$set.log):"
+  tail -n 20 "$TOOLS_BACKGROUND_DIR/$set.log" >&2 || true
+  log "building $set here if it is still missing"
+  rm -f "$TOOLS_BACKGROUND_DIR/$set.status"
+}
+
 # Ports: whether one is listened on, and a random free one in a range away
 # from the usual ephemeral range, unique within this run (callers reset
 # PICKED=() when they start choosing).

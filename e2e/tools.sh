@@ -6,14 +6,15 @@
 #   bash e2e/tools.sh core        etcd, one Kubernetes (KUBE_VERSION), KWOK: the control plane
 #                                 (make demo, cluster-up's base, test-faults, benches)
 #   bash e2e/tools.sh helm        Helm 3, stamped for KUBE_VERSION's minor (the e2e suite, chart-lint)
-#   bash e2e/tools.sh helm4       Helm 4 (chart-lint lints and renders with both majors)
+#   bash e2e/tools.sh helm4       Helm 4 (chart-lint-helm4, a CI extended lane: the chart under Helm 4)
 #   bash e2e/tools.sh promtool    promtool alone (rules-check)
-#   bash e2e/tools.sh prometheus  the Prometheus server and promtool (the e2e suite's
-#                                 observability tests, test-observability, dashboard-pictures)
+#   bash e2e/tools.sh prometheus  the Prometheus server and promtool (test-observability,
+#                                 dashboard-pictures: not `make test`)
 #   bash e2e/tools.sh kueue       Kueue (the e2e suite's Kueue phases, e2e-multikueue, kueue-up)
 #   bash e2e/tools.sh jaeger      Jaeger (test-observability)
-#   bash e2e/tools.sh [all]       core helm helm4 prometheus kueue, and jaeger with
-#                                 TFJOB_WITH_JAEGER=1: everything `make test` runs
+#   bash e2e/tools.sh [all]       core helm promtool kueue: everything `make test` runs;
+#                                 with TFJOB_WITH_EXTENDED=1 also helm4, prometheus and jaeger,
+#                                 what CI's extended lanes add (not the other Kubernetes version)
 # Several sets may be named at once (`bash e2e/tools.sh core helm`).
 #
 # Where each comes from:
@@ -38,7 +39,9 @@
 # binaries are there. Go tools are built with -trimpath and without debug
 # information or symbols (-ldflags "-s -w"). Each build's seconds are appended
 # to $TFJOB_CACHE_DIR/tool-builds.jsonl (lib.sh, with_progress), so a cold run
-# can be recorded.
+# can be recorded. Each set builds under a lock of its own (lib.sh,
+# with_set_lock): `make test` starts its sets in the background
+# (e2e/tools-background.sh) and a step waits only for the set it names.
 # Prints nothing but progress; `bash e2e/tools.sh --bin-dir` prints the bin dir
 # (links to whatever has been built of this set of versions), `--kueue-bin`
 # the Kueue binary (TFJOB_KUEUE_BIN, when set, names another one),
@@ -140,7 +143,7 @@ build_helm() {
 helm4_dir() { echo "$TOOLS_DIR/helm-$HELM4_VERSION"; }
 
 # Helm 4 beside Helm 3: the chart must lint and render under both (make
-# chart-lint). Helm 4 takes its default Kubernetes version from the client-go
+# chart-lint with Helm 3, make chart-lint-helm4 with Helm 4). Helm 4 takes its default Kubernetes version from the client-go
 # in its build info, which `go install` keeps, so only its own version needs
 # stamping. Linked into the bin dir as helm4; `helm` stays Helm 3.
 build_helm4() {
@@ -259,7 +262,27 @@ link_if_built() {
   if [[ -x "$1" ]]; then ln -sf "$1" "$2"; fi
 }
 
-# The sets (see the header); `all` is what `make test` runs.
+# The sets `all` names (see the header): what `make test` runs, and with
+# TFJOB_WITH_EXTENDED=1 what CI's extended lanes add.
+all_sets() {
+  echo core helm promtool kueue
+  # Helm 4, the Prometheus server and Jaeger only for CI's extended lanes
+  # (chart-lint-helm4, test-observability): 215 + 498 + ~360 s cold that
+  # `make test` does not spend (issue #41).
+  if [[ "${TFJOB_WITH_EXTENDED:-0}" == 1 ]]; then echo helm4 prometheus jaeger; fi
+}
+
+# The lock a set builds under (lib.sh, with_set_lock): its own, but promtool
+# and prometheus build into one directory.
+set_lock() { if [[ "$1" == promtool ]]; then echo prometheus; else echo "$1"; fi; }
+
+# One set, under its lock: first what make test's background build of it
+# left to say (lib.sh, background_note), then the build if it is missing.
+build_set_locked() {
+  background_note "$1"
+  build_set "$1"
+}
+
 build_set() {
   case "$1" in
     core)
@@ -274,13 +297,6 @@ build_set() {
     prometheus) build_prometheus prometheus promtool ;;
     kueue) if [[ -z "${TFJOB_KUEUE_BIN:-}" ]]; then build_kueue; fi ;;
     jaeger) if [[ -z "${TFJOB_JAEGER_BIN:-}" ]]; then build_jaeger; fi ;;
-    all)
-      local set
-      for set in core helm helm4 prometheus kueue; do build_set "$set"; done
-      # Jaeger only for `make test-observability`: about 6 minutes cold
-      # that `make test` does not spend.
-      if [[ "${TFJOB_WITH_JAEGER:-0}" == 1 ]]; then build_set jaeger; fi
-      ;;
     *) die "no tool set '$1'" ;;
   esac
 }
@@ -306,23 +322,28 @@ main() {
   command -v go >/dev/null || die "go is needed to build the control plane (see docs/development.md, 'The local cluster')"
   command -v cargo >/dev/null || die "cargo is needed to fetch etcd"
   mkdir -p "$TOOLS_DIR"
-  # Two `make` runs at once (two worktrees) must not build into the same place.
-  exec 9>"$TOOLS_DIR/.lock"
-  if ! flock -n 9; then
-    log "another e2e/tools.sh is building into $TOOLS_DIR: waiting for it"
-    flock 9
-  fi
   case "$(uname -m)" in
     x86_64) etcd_arch=amd64 ;;
     aarch64 | arm64) etcd_arch=arm64 ;;
     *) die "no etcd binary for $(uname -m) in etcd-bin-vendored" ;;
   esac
 
-  local start=$SECONDS sets=("$@")
-  ((${#sets[@]} > 0)) || sets=(all)
-  for set in "${sets[@]}"; do build_set "$set"; done
-  link_bin_dir
-  log "tools ready in $(bin_dir): ${sets[*]} ($((SECONDS - start)) s)"
+  local start=$SECONDS sets=() named=("$@")
+  ((${#named[@]} > 0)) || named=(all)
+  for set in "${named[@]}"; do
+    if [[ "$set" == all ]]; then
+      # shellcheck disable=SC2207 # words, one per set
+      sets+=($(all_sets))
+    else
+      sets+=("$set")
+    fi
+  done
+  # Each set under its own lock: two `make` runs at once (two worktrees, or
+  # a step beside make test's background builds) never build one set into
+  # the same place, and a step waits only for the sets it names.
+  for set in "${sets[@]}"; do with_set_lock "$(set_lock "$set")" build_set_locked "$set"; done
+  with_set_lock --quiet bin-dir link_bin_dir
+  log "tools ready in $(bin_dir): ${named[*]} ($((SECONDS - start)) s)"
 }
 
 # One line, so bash has read all of it before running: editing this file

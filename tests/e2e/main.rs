@@ -40,6 +40,7 @@ mod kueue_workload;
 mod lost_node;
 mod managed_by;
 mod manager;
+mod metrics_list;
 mod migration;
 mod multikueue;
 mod observability;

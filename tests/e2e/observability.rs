@@ -6,7 +6,8 @@
 //! ClusterRole, as a cluster's monitoring would:
 //!
 //! - the exposed metrics are exactly the committed list, `docs/metrics.md`
-//!   (name, type, label set), as Prometheus' OpenMetrics parser reads them;
+//!   (name, type, label set), as Prometheus' OpenMetrics parser reads them
+//!   (`metrics_list` checks the same in `make e2e` from the text itself);
 //! - every query of the chart's Grafana dashboard returns data, and every
 //!   alert rule of the chart evaluates without error (`make test-observability`);
 //! - with `TFJOB_DASHBOARD_PICTURES=<dir>`, the dashboard's main panels are
@@ -17,170 +18,23 @@
 //! where a counter's `# TYPE` names the `_total` series; on OpenMetrics (what
 //! the operator serves) it misreads every counter as help-less.
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::Value;
 use tfjob_operator::api::fixtures::TfJobFixture;
-use tfjob_operator::api::types::{RestartPolicy, TFJob};
+use tfjob_operator::api::types::TFJob;
 
 use crate::cluster::{client, kubectl, run_ok, test_namespace, wait_until};
+use crate::metrics_list::workload::{SLOW, exit, has_condition, run_jobs, running_pod};
+use crate::metrics_list::{Exposed, differences, is_own_label, metrics_list};
 use crate::operator::{Operator, ensure_crd};
 use crate::prometheus::{JOB, Prometheus, RULES, url_encode};
-use crate::support::{EXIT_CODE_ANNOTATION, EXIT_CONTAINER_ANNOTATION, shared_cluster};
+use crate::support::shared_cluster;
 
-const SLOW: Duration = Duration::from_secs(90);
-
-static METRICS_LIST: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| crate::support::repo_file("docs/metrics.md"));
 static DASHBOARD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     crate::support::repo_file("charts/tfjob-operator/files/grafana-dashboard.json")
 });
-
-/// One row of `docs/metrics.md`.
-#[derive(Debug)]
-struct Listed {
-    name: String,
-    kind: String,
-    required: BTreeSet<String>,
-    optional: BTreeSet<String>,
-    on_error: bool,
-}
-
-impl Listed {
-    /// The family name in `# TYPE` (and Prometheus' metadata): counters without `_total`.
-    fn family(&self) -> &str {
-        match self.kind.as_str() {
-            "counter" => self.name.strip_suffix("_total").unwrap_or(&self.name),
-            _ => &self.name,
-        }
-    }
-
-    /// Whether series `series` belongs to this metric.
-    fn owns(&self, series: &str) -> bool {
-        match self.kind.as_str() {
-            "histogram" => ["_bucket", "_sum", "_count"]
-                .iter()
-                .any(|s| series.strip_suffix(s) == Some(&self.name)),
-            _ => series == self.name,
-        }
-    }
-}
-
-fn ticked(cell: &str) -> String {
-    cell.trim().trim_matches('`').to_owned()
-}
-
-/// The table of `docs/metrics.md`.
-fn metrics_list() -> Vec<Listed> {
-    let text = std::fs::read_to_string(METRICS_LIST.as_str()).expect("docs/metrics.md");
-    let rows: Vec<Listed> = text
-        .lines()
-        .filter(|l| l.starts_with("| `"))
-        .map(|line| {
-            let cells: Vec<&str> = line.trim_matches('|').split('|').collect();
-            assert!(cells.len() >= 4, "a short row in docs/metrics.md: {line}");
-            let (mut required, mut optional) = (BTreeSet::new(), BTreeSet::new());
-            for label in cells[2].split(',').map(ticked).filter(|l| !l.is_empty()) {
-                match label.strip_suffix('?') {
-                    Some(l) => optional.insert(l.to_owned()),
-                    None => required.insert(label),
-                };
-            }
-            Listed {
-                name: ticked(cells[0]),
-                kind: cells[1].trim().to_owned(),
-                required,
-                optional,
-                on_error: cells[3].trim() == "on error",
-            }
-        })
-        .collect();
-    assert!(
-        rows.len() > 30,
-        "docs/metrics.md lists only {} metrics",
-        rows.len()
-    );
-    rows
-}
-
-/// Asks KWOK to end `pod`'s `tensorflow` container with `code`.
-async fn exit(pods: &Api<Pod>, pod: &str, code: i32) {
-    let patch = serde_json::json!({ "metadata": { "annotations": {
-        EXIT_CODE_ANNOTATION: code.to_string(),
-        EXIT_CONTAINER_ANNOTATION: "tensorflow",
-    } } });
-    pods.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap_or_else(|e| panic!("failed to annotate {pod}: {e}"));
-}
-
-async fn running_pod(pods: &Api<Pod>, name: &str, not_uid: Option<&str>) -> Pod {
-    wait_until(&format!("pod {name} to run"), SLOW, || async {
-        let pod = pods.get_opt(name).await.ok().flatten()?;
-        let running = pod.status.as_ref()?.phase.as_deref() == Some("Running");
-        let new = pod.metadata.uid.as_deref() != not_uid;
-        (running && new && pod.metadata.deletion_timestamp.is_none()).then_some(pod)
-    })
-    .await
-}
-
-fn has_condition(job: &TFJob, type_: &str) -> bool {
-    job.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == type_ && c.status == "True")
-    })
-}
-
-/// Drives every job counter: `ok` succeeds and is deleted by its TTL; `bad`
-/// restarts once (exit 137) and then fails past its backoff limit.
-///
-/// The TTL is 2 s, not 0: with 0 the operator deletes the job in the same
-/// reconcile that finds it succeeded, before writing (and so counting) the
-/// success (src/tfjob/plan/mod.rs takes the completion time of the status it is
-/// about to write).
-async fn run_jobs(client: &Client, ns: &str) {
-    let jobs: Api<TFJob> = Api::namespaced(client.clone(), ns);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    for fixture in [
-        TfJobFixture::new("ok")
-            .workers(1)
-            .ttl_seconds_after_finished(2),
-        TfJobFixture::new("bad")
-            .workers(1)
-            .restart_policy(RestartPolicy::ExitCode)
-            .backoff_limit(1),
-    ] {
-        jobs.create(&PostParams::default(), &fixture.namespace(ns).build())
-            .await
-            .unwrap_or_else(|e| panic!("failed to create a TFJob: {e}"));
-    }
-    running_pod(&pods, "ok-worker-0", None).await;
-    exit(&pods, "ok-worker-0", 0).await;
-    let first = running_pod(&pods, "bad-worker-0", None).await;
-    exit(&pods, "bad-worker-0", 137).await;
-    running_pod(&pods, "bad-worker-0", first.metadata.uid.as_deref()).await;
-    exit(&pods, "bad-worker-0", 137).await;
-    wait_until("TFJob bad to fail", SLOW, || async {
-        let job = jobs.get_opt("bad").await.ok().flatten()?;
-        has_condition(&job, "Failed").then_some(())
-    })
-    .await;
-    wait_until(
-        "TFJob ok to succeed and be deleted by its TTL",
-        SLOW,
-        || async {
-            jobs.get_opt("ok")
-                .await
-                .ok()
-                .and_then(|j| j.is_none().then_some(()))
-        },
-    )
-    .await;
-}
 
 /// A token of ServiceAccount `prometheus` in `ns`, bound to the built-in
 /// `system:monitoring` ClusterRole (which may `get` `/metrics`). The
@@ -201,7 +55,7 @@ fn monitoring_token(ns: &str) -> String {
 }
 
 /// An operator for a fresh namespace, serving `/metrics` securely and
-/// scraped by Prometheus from the start, after the jobs above ran to their ends.
+/// scraped by Prometheus from the start, after `run_jobs`' jobs ran to their ends.
 async fn scraped_operator_after_jobs(prefix: &str) -> (Operator, Prometheus) {
     let client = client().await;
     ensure_crd(&client).await;
@@ -235,15 +89,15 @@ fn series_labels(series: &Value) -> (String, BTreeSet<String>) {
     let name = labels["__name__"].as_str().unwrap_or_default().to_owned();
     let set = labels
         .keys()
-        .filter(|k| !matches!(k.as_str(), "__name__" | "job" | "instance" | "le"))
+        .filter(|k| *k != "__name__" && is_own_label(k))
         .cloned()
         .collect();
     (name, set)
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane: make e2e"]
-async fn every_exposed_metric_matches_the_committed_list() {
+#[ignore = "needs the local control plane and a Prometheus server: make test-observability"]
+async fn every_exposed_metric_matches_the_committed_list_as_prometheus_reads_it() {
     let _cluster = shared_cluster().await;
     let listed = metrics_list();
     let (operator, prometheus) = scraped_operator_after_jobs("obs-list").await;
@@ -251,7 +105,7 @@ async fn every_exposed_metric_matches_the_committed_list() {
     let metadata = prometheus
         .api(&format!("targets/metadata?match_target={selector}"))
         .expect("the targets' metadata");
-    let exposed: BTreeMap<String, String> = metadata
+    let families: BTreeMap<String, String> = metadata
         .as_array()
         .expect("a metadata list")
         .iter()
@@ -263,7 +117,7 @@ async fn every_exposed_metric_matches_the_committed_list() {
     let series = prometheus
         .api(&format!("series?match[]={selector}"))
         .expect("the operator's series");
-    let series: Vec<(String, BTreeSet<String>)> = series
+    let series = series
         .as_array()
         .expect("a series list")
         .iter()
@@ -271,41 +125,7 @@ async fn every_exposed_metric_matches_the_committed_list() {
         // Prometheus' own series about the scrape.
         .filter(|(name, _)| name != "up" && !name.starts_with("scrape_"))
         .collect();
-
-    let mut problems = Vec::new();
-    for row in &listed {
-        match exposed.get(row.family()) {
-            Some(kind) if *kind != row.kind => problems.push(format!(
-                "{} is a {kind}, the list says {}",
-                row.name, row.kind
-            )),
-            None if !row.on_error => problems.push(format!("{} is not exposed", row.name)),
-            _ => {}
-        }
-        let has_series = series.iter().any(|(name, _)| row.owns(name));
-        if exposed.contains_key(row.family()) && !has_series {
-            problems.push(format!("{} has no series", row.name));
-        }
-    }
-    for family in exposed.keys() {
-        if !listed.iter().any(|row| row.family() == family) {
-            problems.push(format!("{family} is exposed but not in docs/metrics.md"));
-        }
-    }
-    for (name, labels) in &series {
-        let Some(row) = listed.iter().find(|row| row.owns(name)) else {
-            problems.push(format!("series {name} belongs to no listed metric"));
-            continue;
-        };
-        let allowed: BTreeSet<String> = row.required.union(&row.optional).cloned().collect();
-        if !row.required.is_subset(labels) || !labels.is_subset(&allowed) {
-            problems.push(format!(
-                "{name} has labels {labels:?}, the list says {:?} (optional {:?})",
-                row.required, row.optional
-            ));
-        }
-    }
-    problems.dedup();
+    let problems = differences(&listed, &Exposed { families, series });
     assert!(
         problems.is_empty(),
         "/metrics differs from docs/metrics.md (operator log: {}):\n  {}",
@@ -342,7 +162,7 @@ fn dashboard_queries() -> Vec<(String, String)> {
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane: make e2e"]
+#[ignore = "needs the local control plane and a Prometheus server: make test-observability"]
 async fn every_dashboard_query_and_alert_rule_evaluates_on_a_real_scrape() {
     let _cluster = shared_cluster().await;
     let queries = dashboard_queries();

@@ -75,7 +75,12 @@ pub fn cluster_env(key: &str) -> Option<String> {
 
 /// The directory of the harness-built kubectl, helm, kwok, etcd (first on the
 /// `PATH` line of the env file). Never the machine's own `/usr/bin/kubectl`.
+/// `TFJOB_BIN_DIR` names it for a test that needs only the tools, not a
+/// cluster (`make chart-lint-helm4`: `bash e2e/tools.sh --bin-dir`).
 pub fn bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("TFJOB_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
     let text = std::fs::read_to_string(cluster_dir().join("env")).unwrap_or_else(|e| {
         panic!(
             "no local cluster ({e}): run `make cluster-up` \
