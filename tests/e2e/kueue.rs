@@ -467,6 +467,14 @@ async fn a_job_preempted_by_higher_priority_is_suspended_cleanly_and_resumes_lat
 
     env.submit("low", 2, Some(&low)).await;
     let first_pods = env.wait_admitted_and_running("low", 2).await;
+    // Running as the operator wrote it, not only as the Pods say: the
+    // assertion below (Running turned False by the preemption) needs the
+    // condition there first. Pods Running on the server do not mean the
+    // operator has seen them: under load its watch may still be behind when
+    // Kueue preempts, and a job never seen running is never marked Running
+    // (seen in a cold `make test`, 2026-11-29: Created and Suspended, no
+    // Running condition).
+    env.wait_condition("low", "Running").await;
     let first_uids: Vec<String> = first_pods
         .iter()
         .map(|p| p.uid().unwrap_or_default())
