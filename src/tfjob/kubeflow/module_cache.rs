@@ -24,6 +24,14 @@ pub fn pinned_version() -> String {
 
 /// The module's directory in the Go module cache, downloaded if missing;
 /// `None` without Go or a way to fetch it.
+///
+/// `go mod download` first, even when the directory is there: it takes the
+/// module cache's lock, so a download of the same module running beside it
+/// (another test thread, `make test`'s background build of
+/// training-operator) is finished before the directory is read. The
+/// directory alone can be half extracted: a cold `make test` read a file
+/// missing from it (2026-11-29). Cached, the command answers in
+/// milliseconds without the network.
 pub fn module_dir(version: &str) -> Option<PathBuf> {
     let go = |args: &[&str]| {
         Command::new("go")
@@ -33,17 +41,18 @@ pub fn module_dir(version: &str) -> Option<PathBuf> {
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
     };
-    let cache = std::env::var("GOMODCACHE")
-        .ok()
-        .filter(|c| !c.is_empty())
-        .or_else(|| go(&["env", "GOMODCACHE"]))?;
-    let dir = PathBuf::from(cache).join(format!("{MODULE}@{version}"));
-    if dir.is_dir() {
-        return Some(dir);
+    let downloaded = go(&["mod", "download", "-json", &format!("{MODULE}@{version}")])
+        .and_then(|json| serde_json::from_str::<serde_json::Value>(&json).ok())
+        .and_then(|v| v["Dir"].as_str().map(PathBuf::from));
+    if downloaded.is_some() {
+        return downloaded;
     }
-    let json = go(&["mod", "download", "-json", &format!("{MODULE}@{version}")])?;
-    let value: serde_json::Value = serde_json::from_str(&json).ok()?;
-    value["Dir"].as_str().map(PathBuf::from)
+    // No `go` (or offline): a module cache filled by someone else, unless
+    // Go is still extracting it (its `.partial` marker).
+    let cache = PathBuf::from(std::env::var("GOMODCACHE").ok().filter(|c| !c.is_empty())?);
+    let dir = cache.join(format!("{MODULE}@{version}"));
+    let partial = cache.join(format!("cache/download/{MODULE}/@v/{version}.partial"));
+    (dir.is_dir() && !partial.exists()).then_some(dir)
 }
 
 /// The module's directory, or `None` after printing why the caller skips.
