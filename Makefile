@@ -107,7 +107,7 @@ demo-real: image-tools ## A real TensorFlow job on a real node, with the operato
 
 .PHONY: e2e
 e2e: chromium ## The end-to-end suite on a freshly started local control plane (torn down even on failure; the tests that need a Prometheus server or Jaeger: make test-observability)
-	bash e2e/tools.sh core helm kueue
+	bash e2e/tools.sh core helm
 	bash e2e/run-suite.sh
 
 # The fault-injection suite in full (tests/faults, docs/reliability.md): every
@@ -155,7 +155,7 @@ dashboard-pictures: ## Redraw docs/dashboard/*.png: the dashboard's main panels 
 
 .PHONY: e2e-kubeflow-crd
 e2e-kubeflow-crd: ## Only the core e2e scenarios under Kubeflow's own TFJob CRD (crd.install=false users), on a fresh local cluster
-	bash e2e/tools.sh core helm kueue
+	bash e2e/tools.sh core helm
 	bash e2e/run-suite.sh --kubeflow-crd-only
 
 # The other supported Kubernetes version (e2e/k8s/<version>/; the default is
@@ -349,10 +349,12 @@ image-tools-arm64:
 # hack/deny/advisory-db.sh; without one, cargo-deny's own fetch: hack/deny/check.sh), licenses, bans (no OpenSSL, no wildcards) and
 # sources (crates.io only), per deny.toml; then the self-test that a matching
 # advisory fails the check (hack/deny/selftest.sh, a fixture in a temporary copy).
+# cargo-deny is installed as a debug build: cold, its install is on make test's
+# path and its check takes seconds either way (hack/image/cargo-tool.sh).
 ADVISORY_DBS := $(CACHE_DIR)/advisory-dbs
 .PHONY: deny
 deny: ## cargo deny check advisories bans licenses sources against the RustSec database (../shared/advisory-db or TFJOB_ADVISORY_DB, else cargo-deny's own fetch; hack/deny/check.sh), and its self-test
 	@source hack/image/versions.env; \
-	deny="$$(bash hack/image/cargo-tool.sh cargo-deny "$$CARGO_DENY_VERSION")"; \
+	deny="$$(CARGO_TOOL_PROFILE=debug bash hack/image/cargo-tool.sh cargo-deny "$$CARGO_DENY_VERSION")"; \
 	cargo fetch --locked --quiet; \
 	bash hack/deny/check.sh "$$deny" $(ADVISORY_DBS)

@@ -51,11 +51,18 @@ trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- Kueue
 
+# Kueue's binary, built (or waited for: make test builds it in the background,
+# e2e/tools-background.sh) only when a phase that runs Kueue starts, so that
+# cold the main pass runs while it builds instead of after (issue #41).
+kueue_built() { bash "$E2E_DIR/tools.sh" kueue; }
+
 # Kueue (tests/e2e/kueue.rs, kueue_workload.rs) runs beside the cluster after
 # the main pass only. $1: its mode (e2e/kueue.sh, TFJOB_KUEUE_MODE).
 kueue_up() {
-  local start=$SECONDS mode="${1:-builtin}"
-  TFJOB_KUEUE_MODE="$mode" bash "$E2E_DIR/kueue.sh" up
+  local mode="${1:-builtin}" start
+  kueue_built || return
+  start=$SECONDS
+  TFJOB_KUEUE_MODE="$mode" bash "$E2E_DIR/kueue.sh" up || return
   KUEUE_UP_SECONDS=$((${KUEUE_UP_SECONDS:-0} + SECONDS - start))
   # The Kueue tests fail instead of skipping when Kueue is promised but gone
   # (and kueue_workload.rs when it runs in the other mode).
@@ -75,7 +82,9 @@ KUEUE_TESTS_WORKLOAD=(kueue:: kueue_workload::)
 run_kueue_phase() {
   local mode="$1" rc=0
   shift
-  kueue_up "$mode"
+  # (Called in an `||` list, where set -e is off: a Kueue that did not
+  # build or start ends the phase with its own message.)
+  kueue_up "$mode" || return
   log "running the Kueue e2e tests on their own (Kueue mode $mode)"
   cargo test --test e2e -- --ignored --test-threads="$E2E_TEST_THREADS" "$@" || rc=$?
   kueue_down
@@ -172,6 +181,8 @@ run_kubeflow_crd_phase() {
   crd=$(kubeflow_crd_path)
   # (Called in an `||` list, where set -e is off: statuses checked.)
   training_operator=$(training_operator_bin) || return
+  # migration::kueue_builtin:: starts Kueue itself (e2e/kueue.sh up).
+  kueue_built || return
   log "Kubeflow's CRD phase: installing training-operator $KUBEFLOW_TRAINING_OPERATOR_VERSION's TFJob CRD"
   swap_to_kubeflow_crd "$crd"
   log "running the core scenarios under Kubeflow's CRD (${#KUBEFLOW_CRD_TESTS[@]} filters)"
