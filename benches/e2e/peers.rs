@@ -222,6 +222,32 @@ impl PeerProcess {
         }
         Ok(())
     }
+    /// Polls `ready` until it holds. When the process exits first, or
+    /// `deadline` passes, it is stopped (its watcher with it: nothing is
+    /// left running) and the error names `what` and the log.
+    pub(crate) async fn until_ready(
+        mut self,
+        what: &str,
+        deadline: Duration,
+        ready: impl Fn(&Self) -> bool,
+    ) -> anyhow::Result<Self> {
+        let started = Instant::now();
+        loop {
+            if let Err(e) = self.check_alive() {
+                self.stop();
+                return Err(e);
+            }
+            if ready(&self) {
+                return Ok(self);
+            }
+            if started.elapsed() > deadline {
+                let log = self.log.display().to_string();
+                self.stop();
+                bail!("{what} not ready after {deadline:?} (log: {log})");
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
     /// The sum of every series of counter `name` on our operator's
     /// `/metrics` (0 when it has none yet); None when there is no endpoint
     /// or it did not answer.
@@ -431,6 +457,8 @@ pub(crate) async fn start_peer(
                     .arg(format!("--kube-api-burst={burst}"));
             }
             let mut p = PeerProcess::spawn(cmd, &log, false)?;
+            // Not `until_ready`: each poll also copies the certificates,
+            // which needs the API server (async).
             let started = Instant::now();
             loop {
                 p.check_alive()?;
@@ -478,21 +506,8 @@ pub(crate) async fn start_peer(
             }
             let mut p = PeerProcess::spawn(cmd, &log, false)?;
             p.metrics_port = Some(metrics);
-            let started = Instant::now();
-            loop {
-                p.check_alive()?;
-                if http_ok(probe, "/readyz") {
-                    return Ok(p);
-                }
-                if started.elapsed() > deadline {
-                    p.stop();
-                    bail!(
-                        "tfjob-operator not ready after {deadline:?} (log: {})",
-                        log.display()
-                    );
-                }
-                tokio::time::sleep(POLL).await;
-            }
+            p.until_ready("tfjob-operator", deadline, |_| http_ok(probe, "/readyz"))
+                .await
         }
         PeerKind::OursAtRateOf { .. } => {
             bail!("the rate of the peer to match was not measured in this workload")
@@ -521,20 +536,19 @@ pub(crate) async fn start_peer(
             cmd.env("KUBECONFIG", &kubeconfig)
                 .arg("raw-peer")
                 .arg(&plan);
-            let mut p = PeerProcess::spawn(cmd, &log, true)?;
+            let mut p = match PeerProcess::spawn(cmd, &log, true) {
+                Ok(p) => p,
+                Err(e) => {
+                    // The watcher started above must not outlive the run.
+                    if let Some(w) = watcher {
+                        w.stop();
+                    }
+                    return Err(e);
+                }
+            };
             p.watcher = watcher;
-            let started = Instant::now();
-            loop {
-                p.check_alive()?;
-                if p.log_contains("raw-peer: ready") {
-                    return Ok(p);
-                }
-                if started.elapsed() > deadline {
-                    p.stop();
-                    bail!("raw peer not ready after {deadline:?}");
-                }
-                tokio::time::sleep(POLL).await;
-            }
+            p.until_ready("raw peer", deadline, |p| p.log_contains("raw-peer: ready"))
+                .await
         }
     }
 }
@@ -554,18 +568,9 @@ async fn start_watcher(
     let log = logs.join(format!("{}-informers.log", workload.id));
     let mut cmd = Command::new(bin);
     cmd.env("KUBECONFIG", kubeconfig);
-    let mut w = PeerProcess::spawn(cmd, &log, false)?;
-    let started = Instant::now();
-    while !w.log_contains("informers: synced") {
-        w.check_alive()?;
-        if started.elapsed() > Duration::from_secs(60) {
-            w.stop();
-            bail!(
-                "client-go informers not synced after 60 s (log: {})",
-                log.display()
-            );
-        }
-        tokio::time::sleep(POLL).await;
-    }
-    Ok(w)
+    PeerProcess::spawn(cmd, &log, false)?
+        .until_ready("client-go informers", Duration::from_secs(60), |w| {
+            w.log_contains("informers: synced")
+        })
+        .await
 }
