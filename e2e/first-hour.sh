@@ -53,21 +53,27 @@ sampler >"$scratch/load.log" &
 sampler_pid=$!
 trap 'kill "$sampler_pid" 2>/dev/null || true' EXIT
 
-log "make $target (its own progress follows; the whole run is timed)"
-start=$SECONDS
-rc=0
-(
+# `make $1` in the clone, with only what a newcomer's shell would have: the
+# caches empty, no target dir or cluster of ours inherited (this script runs
+# under our make, which exports TFJOB_CLUSTER_DIR: inherited, `demo-down`
+# stopped this checkout's cluster and left the clone's, real node and all).
+newcomer_make() (
   cd "$scratch/repo"
-  # Only what a newcomer's shell would have: the caches empty, no target dir
-  # or cluster of ours inherited.
   unset CARGO_TARGET_DIR TFJOB_CLUSTER_DIR TFJOB_ADVISORY_DB
   export TFJOB_CACHE_DIR="$scratch/cache" GOCACHE="$scratch/gocache" \
     GOMODCACHE="$scratch/gomod" CARGO_HOME="$scratch/cargo"
-  make "$target" </dev/null
-) || rc=$?
+  make "$1" </dev/null
+)
+
+log "make $target (its own progress follows; the whole run is timed)"
+start=$SECONDS
+rc=0
+newcomer_make "$target" || rc=$?
 total=$((SECONDS - start))
+# The demos leave their cluster up (and the real node: one per machine).
 if [[ "$target" == demo || "$target" == demo-real ]]; then
-  (cd "$scratch/repo" && TFJOB_CACHE_DIR="$scratch/cache" make demo-down >/dev/null 2>&1) || true
+  newcomer_make demo-down >"$scratch/demo-down.log" 2>&1 \
+    || log "make demo-down failed: stop the clone's cluster yourself (log: $scratch/demo-down.log)"
 fi
 kill "$sampler_pid" 2>/dev/null || true
 log "make $target: exit $rc after $total s"
