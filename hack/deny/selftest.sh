@@ -4,7 +4,8 @@
 # advisory against every tokio version (hack/deny/fixture/) must make
 # `cargo deny check advisories` fail and name it; the same check on the copy
 # without the fixture must pass (so the failure is the fixture's, not the
-# copy's).
+# copy's). And without any database (a clone outside the project's layout,
+# no network), `make deny` must stop with one line saying how to get one.
 #
 #   hack/deny/selftest.sh CARGO_DENY
 set -euo pipefail
@@ -38,4 +39,16 @@ grep -q RUSTSEC-2099-0001 "$work/out" || {
   echo "deny selftest: the check failed, but not naming the fixture advisory" >&2
   exit 1
 }
-echo "deny selftest: a matching advisory fails the check (RUSTSEC-2099-0001 against tokio), the snapshot alone passes"
+
+# No database anywhere, fetching forbidden: exit 1 and one line, naming where
+# to get a database and the variable that points at it.
+rc=0
+TFJOB_ADVISORY_DB="$work/none" TFJOB_ADVISORY_FETCH=0 \
+  bash "$repo/hack/deny/check.sh" "$deny" "$work/no-dbs" >"$work/out" 2>"$work/err" || rc=$?
+if ((rc != 1)) || [[ $(wc -l <"$work/err") != 1 ]] \
+  || ! grep -q "^make deny: no RustSec advisory database .*git clone https://github.com/rustsec/advisory-db DIR, then TFJOB_ADVISORY_DB=DIR make deny$" "$work/err"; then
+  cat "$work/out" "$work/err"
+  echo "deny selftest: without a database, make deny did not stop with its one line (exit $rc)" >&2
+  exit 1
+fi
+echo "deny selftest: a matching advisory fails the check (RUSTSEC-2099-0001 against tokio), the snapshot alone passes; no database at all stops with one line saying how to get one"
