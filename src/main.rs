@@ -63,7 +63,7 @@ fn main() -> anyhow::Result<()> {
                 .trace_ui
                 .addr()
                 .map(|addr| (addr, TraceUi::new(stop_trace_ui.clone())));
-            let runtime = tokio::runtime::Runtime::new()?;
+            let runtime = runtime(args.runtime_threads)?;
             let traces = traces(&args, runtime.handle())?;
             init_logging(&args, trace_ui.as_ref().map(|(_, ui)| ui), traces.as_ref())?;
             let result = runtime.block_on(async {
@@ -82,6 +82,18 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The runtime `run` works on: multi-threaded even with one worker thread,
+/// so the OpenTelemetry exporter's tasks still run after the manager's
+/// `block_on` returned (the last spans are sent then), which a
+/// current-thread runtime would not do.
+fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if threads > 0 {
+        builder.worker_threads(threads);
+    }
+    builder.enable_all().build()
 }
 
 /// With `--otlp-endpoint` (or `OTEL_EXPORTER_OTLP_ENDPOINT`), the tracer
@@ -495,6 +507,27 @@ mod tests {
         });
         let text = String::from_utf8(printed.0.lock().unwrap().clone()).unwrap();
         (enabled, text)
+    }
+
+    #[test]
+    fn the_runtime_has_one_worker_thread_unless_asked_for_more() {
+        assert_eq!(run_args(&[]).unwrap().runtime_threads, 1);
+        let workers = |threads| runtime(threads).unwrap().metrics().num_workers();
+        assert_eq!(workers(1), 1);
+        assert_eq!(workers(3), 3);
+        let per_cpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(workers(0), per_cpu);
+        // Multi-threaded with one worker: a task spawned before `block_on`
+        // returned still runs after it (the exporter's last spans).
+        let rt = runtime(1).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        rt.block_on(async {
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let _ = tx.send(());
+            });
+        });
+        assert!(rx.recv_timeout(Duration::from_secs(5)).is_ok());
     }
 
     #[test]

@@ -21,6 +21,9 @@
 //! - `raw`: this same binary re-executed as `raw-peer`: a bare kube client that
 //!   creates exactly the Pods and Services the jobs need, at the same
 //!   concurrency, with no controller logic — the fastest any operator could go.
+//!   `raw-status`: the same, plus a Pod watch and each job's `Running` and
+//!   `Succeeded` status written once ([`raw_status`]): the least any operator
+//!   that reports status must add.
 //!
 //! API requests are counted from the API server's audit log: `cluster.sh up`
 //! with `TFJOB_AUDIT=1` gives the peer its own client certificate (user
@@ -49,6 +52,7 @@ mod cluster;
 mod observed;
 mod peers;
 mod raw_peer;
+mod raw_status;
 mod report;
 mod run;
 mod same_run;

@@ -46,9 +46,11 @@ pub(crate) enum PeerKind {
         workers: u32,
     },
     /// The bare client's creates; `watched`: with client-go's informers
-    /// on ours' watches beside it ([`PeerProcess::watcher`]).
+    /// on ours' watches beside it ([`PeerProcess::watcher`]); `status`: it
+    /// also watches its Pods and writes each job's status (`raw-status`).
     Raw {
         watched: bool,
+        status: bool,
     },
 }
 
@@ -165,13 +167,28 @@ pub(crate) fn peers(s: &Settings) -> Vec<Peer> {
         Peer {
             id: "raw",
             label: "raw limit (bare client, 16 concurrent creates)",
-            kind: PeerKind::Raw { watched: false },
+            kind: PeerKind::Raw {
+                watched: false,
+                status: false,
+            },
+            apf: false,
+        },
+        Peer {
+            id: "raw-status",
+            label: "raw limit writing status (the bare client, a Pod watch, each job's Running and Succeeded status written once)",
+            kind: PeerKind::Raw {
+                watched: false,
+                status: true,
+            },
             apf: false,
         },
         Peer {
             id: "raw-watching",
             label: "raw limit, with client-go's informers on ours' watches beside it (their CPU and RSS apart)",
-            kind: PeerKind::Raw { watched: true },
+            kind: PeerKind::Raw {
+                watched: true,
+                status: false,
+            },
             apf: false,
         },
     ];
@@ -512,7 +529,7 @@ pub(crate) async fn start_peer(
         PeerKind::OursAtRateOf { .. } => {
             bail!("the rate of the peer to match was not measured in this workload")
         }
-        PeerKind::Raw { watched } => {
+        PeerKind::Raw { watched, status } => {
             // The watcher first, synced before the creates can start: it
             // must see the whole run, as ours does.
             let watcher = if watched {
@@ -530,7 +547,9 @@ pub(crate) async fn start_peer(
                 .collect();
             std::fs::write(
                 &plan,
-                serde_json::to_vec(&json!({"namespace": BENCH_NS, "jobs": jobs}))?,
+                serde_json::to_vec(
+                    &json!({"namespace": BENCH_NS, "jobs": jobs, "status": status}),
+                )?,
             )?;
             let mut cmd = Command::new(std::env::current_exe()?);
             cmd.env("KUBECONFIG", &kubeconfig)

@@ -1,5 +1,6 @@
 //! The raw limit: a bare client that creates exactly the Pods and Services
-//! the jobs need, with no controller logic.
+//! the jobs need, with no controller logic (with `"status": true` in its
+//! plan, `raw-status`: also each job's status, [`crate::raw_status`]).
 
 use std::io::BufRead;
 use std::path::Path;
@@ -26,6 +27,9 @@ pub(crate) async fn raw_peer(plan: &Path) -> anyhow::Result<()> {
     let client = Client::try_default().await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let svcs: Api<Service> = Api::namespaced(client.clone(), &ns);
+    if plan["status"].as_bool() == Some(true) {
+        crate::raw_status::start(client.clone(), &ns, crate::raw_status::jobs_of(&plan)?).await?;
+    }
     let mut objects: Vec<(Pod, Service)> = Vec::new();
     for job in plan["jobs"].as_array().context("plan without jobs")? {
         let name = job["name"].as_str().context("job without name")?;

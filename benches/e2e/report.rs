@@ -85,6 +85,12 @@ pub(crate) fn report(results: &[RunResult], workloads: &[Workload], peers: &[Pee
             ),
             ("ours-default", "raw", "ours (defaults) / raw limit"),
             ("ours-matched", "raw", "ours (matched) / raw limit"),
+            (
+                "ours-default",
+                "raw-status",
+                "ours (defaults) / raw limit writing status",
+            ),
+            ("raw-status", "raw", "raw limit writing status / raw limit"),
         ];
         out += &same_run_medians(&rows, &pairs);
         let mut header = false;

@@ -174,7 +174,8 @@ pub(crate) async fn measure(
     state: &Arc<Mutex<Observed>>,
     r: &mut RunResult,
 ) -> anyhow::Result<()> {
-    let raw = matches!(peer.kind, PeerKind::Raw { .. });
+    // The bare client writes no status: its phases end on the Pods alone.
+    let raw = matches!(peer.kind, PeerKind::Raw { status: false, .. });
     let names = workload.job_names();
     let want_pods = workload.jobs * workload.pods_per_job();
     let start = Instant::now();
