@@ -289,6 +289,17 @@ async fn jobs_move_from_training_operator_to_ours_and_back_with_no_pod_deleted_o
     // finished: the Chief succeeds; the Worker runs on (cleanPodPolicy None).
     drive_pod_exit(&client, &ns, "finished-chief-0", None, 0).await;
     wait_job(&jobs, "finished", "Succeeded", |j| is_true(j, "Succeeded")).await;
+    // training-operator's pass after writing Succeeded counts the replicas
+    // still active as succeeded (pkg/controller.v1/common/job.go); stopped
+    // before that pass, it leaves `active` for ours to settle the same way,
+    // which is Kubeflow's rule but not "nothing changed". Switch once it
+    // has settled (a make test at 97e1a7a stopped it in between).
+    wait_job(&jobs, "finished", "its replicas settled", |j| {
+        j.data["status"]["replicaStatuses"]
+            .as_object()
+            .is_some_and(|r| r.values().all(|s| s["active"].as_i64().unwrap_or(0) == 0))
+    })
+    .await;
 
     // 2. The switch: training-operator stops, ours starts. For STILL_FOR
     // after ours is ready nothing may change.
